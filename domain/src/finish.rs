@@ -1,0 +1,330 @@
+//! The finish transition (SPEC §5): what one observation means for the task.
+//!
+//! The left and right columns of the spec's table differ in one idea: a refusal proves only that *this*
+//! attempt was not accepted. When an earlier attempt may have been accepted (`prior_uncertain`), a
+//! refusal cannot make the task `FAILED` or `PENDING`-as-if-nothing-happened — the uncertainty stays.
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Capability, QueryConsistency};
+use crate::retry::{Jitter, RetryPolicy};
+use crate::task::{Action, Observation, TaskState, Transition};
+use crate::time::Timestamp;
+
+/// What the worker knows when it finishes an attempt; all of it came back from the claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishContext {
+    pub action: Action,
+    /// The attempt was uncertain at claim: an earlier attempt may have been accepted.
+    pub prior_uncertain: bool,
+    /// Start of the latest attempt before this one that may have been accepted.
+    pub uncertain_since: Option<Timestamp>,
+    /// When this attempt was claimed.
+    pub attempt_started_at: Timestamp,
+    /// Attempts spent, including this one.
+    pub attempts_used: u32,
+    /// The task's budget (notification's `max_attempts` or the channel's).
+    pub budget: u32,
+    pub capability: Capability,
+    pub retry: RetryPolicy,
+}
+
+impl FinishContext {
+    fn has_budget(&self) -> bool {
+        self.attempts_used < self.budget
+    }
+
+    /// The uncertainty mark after this attempt turned out uncertain: a SEND may itself have been
+    /// accepted, so it becomes the latest candidate; a QUERY sends nothing and keeps the old mark.
+    fn uncertain_since_after_unknown(&self) -> Option<Timestamp> {
+        match self.action {
+            Action::Send => Some(self.attempt_started_at),
+            Action::Query => self.uncertain_since.or(Some(self.attempt_started_at)),
+        }
+    }
+}
+
+/// The transition for `observation`, finishing at `now`.
+pub fn finish(ctx: &FinishContext, observation: &Observation, now: Timestamp, jitter: Jitter) -> Transition {
+    let retry_at = |floor: Option<Timestamp>| {
+        let backoff = ctx.retry.next_at(now, ctx.attempts_used, jitter);
+        Some(floor.map_or(backoff, |floor| backoff.max(floor)))
+    };
+    // Still uncertain: retried later while budget lasts, else parked.
+    let stay_unknown = |since: Option<Timestamp>, floor: Option<Timestamp>, reason: &'static str| {
+        if ctx.has_budget() {
+            Transition {
+                state: TaskState::Unknown,
+                outcome_uncertain: true,
+                needs_review: false,
+                next_attempt_at: retry_at(floor),
+                uncertain_since: since,
+                provider_msg_id: None,
+                reason: Some(reason),
+            }
+        } else {
+            Transition::park(since, "attempt budget exhausted while the outcome is unknown")
+        }
+    };
+    let retry_pending = |floor: Option<Timestamp>, reason: &'static str| {
+        if ctx.has_budget() {
+            Transition {
+                state: TaskState::Pending,
+                outcome_uncertain: false,
+                needs_review: false,
+                next_attempt_at: retry_at(floor),
+                uncertain_since: None,
+                provider_msg_id: None,
+                reason: Some(reason),
+            }
+        } else {
+            Transition::close(TaskState::Failed, false, Some("attempt budget exhausted"))
+        }
+    };
+
+    match observation {
+        Observation::Accepted { provider_msg_id }
+        | Observation::AcceptedReplay { provider_msg_id }
+        | Observation::QueryFound { provider_msg_id } => Transition {
+            state: TaskState::Sent,
+            outcome_uncertain: ctx.prior_uncertain,
+            needs_review: false,
+            next_attempt_at: None,
+            uncertain_since: None,
+            provider_msg_id: provider_msg_id.clone(),
+            reason: None,
+        },
+        Observation::Timeout | Observation::IoError | Observation::QueryFailed => {
+            let since = ctx.uncertain_since_after_unknown();
+            if ctx.capability == Capability::Neither {
+                Transition::park(since, "outcome unknown and the channel offers neither idempotency key nor query")
+            } else {
+                stay_unknown(since, None, "outcome unknown")
+            }
+        }
+        Observation::RetryableReject { retry_after } => {
+            let floor = retry_after.map(|wait| now + wait);
+            if ctx.prior_uncertain {
+                stay_unknown(ctx.uncertain_since, floor, "refused, but an earlier attempt may have been accepted")
+            } else {
+                retry_pending(floor, "refused before acceptance")
+            }
+        }
+        Observation::Rejected => {
+            if ctx.prior_uncertain {
+                Transition::park(
+                    ctx.uncertain_since,
+                    "refused permanently after an attempt that may have been accepted",
+                )
+            } else {
+                Transition::close(TaskState::Failed, false, Some("refused permanently by the channel"))
+            }
+        }
+        Observation::QueryNotFound => {
+            let believable_from = match ctx.capability {
+                Capability::Queryable { consistency: QueryConsistency::After(delay) } => {
+                    ctx.uncertain_since.map(|since| since + delay)
+                }
+                _ => None,
+            };
+            match believable_from {
+                Some(from) if now < from => {
+                    stay_unknown(ctx.uncertain_since, Some(from), "not found yet; asking again later")
+                }
+                // Believed: nothing was accepted. Resend at once — the backoff is for refusals.
+                _ if ctx.has_budget() => Transition {
+                    state: TaskState::Pending,
+                    outcome_uncertain: false,
+                    needs_review: false,
+                    next_attempt_at: Some(now),
+                    uncertain_since: None,
+                    provider_msg_id: None,
+                    reason: Some("the channel has no record of the earlier attempt"),
+                },
+                _ => Transition::close(TaskState::Failed, false, Some("not accepted and attempt budget exhausted")),
+            }
+        }
+    }
+}
+
+/// One test per row and column of the SPEC §5 mapping table, named after it.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::Millis;
+
+    const NOW: Timestamp = Timestamp(10_000_000);
+    const SMS: Capability = Capability::Queryable { consistency: QueryConsistency::Immediate };
+    const SMS_SLOW: Capability = Capability::Queryable { consistency: QueryConsistency::After(Millis(30_000)) };
+
+    fn ctx(capability: Capability, prior_uncertain: bool, attempts_used: u32, budget: u32) -> FinishContext {
+        FinishContext {
+            action: if prior_uncertain && matches!(capability, Capability::Queryable { .. }) {
+                Action::Query
+            } else {
+                Action::Send
+            },
+            prior_uncertain,
+            uncertain_since: prior_uncertain.then_some(NOW - Millis(10_000)),
+            attempt_started_at: NOW - Millis(400),
+            attempts_used,
+            budget,
+            capability,
+            retry: RetryPolicy::new(budget, Millis(500), Millis(60_000)),
+        }
+    }
+
+    #[allow(clippy::needless_pass_by_value)]
+    fn run(ctx: &FinishContext, obs: Observation) -> Transition {
+        finish(ctx, &obs, NOW, Jitter::NONE)
+    }
+
+    #[track_caller]
+    fn check(t: &Transition, state: TaskState, uncertain: bool, parked: bool) {
+        assert_eq!(t.state, state, "{t:?}");
+        assert_eq!(t.outcome_uncertain, uncertain, "uncertain: {t:?}");
+        assert_eq!(t.is_parked(), parked, "parked: {t:?}");
+        if !parked && !state.is_terminal() {
+            assert!(t.next_attempt_at.is_some_and(|at| at >= NOW), "scheduled: {t:?}");
+        }
+    }
+
+    fn accepted() -> Observation {
+        Observation::Accepted { provider_msg_id: Some("m-1".into()) }
+    }
+
+    // Row: ACCEPTED / ACCEPTED_REPLAY / QUERY_FOUND.
+    #[test]
+    fn row_accepted_without_uncertain_history_is_sent_with_provider_id() {
+        let t = run(&ctx(Capability::Idempotent, false, 1, 3), accepted());
+        check(&t, TaskState::Sent, false, false);
+        assert_eq!(t.provider_msg_id.as_deref(), Some("m-1"));
+    }
+
+    #[test]
+    fn row_accepted_with_uncertain_history_is_sent() {
+        for obs in [
+            Observation::AcceptedReplay { provider_msg_id: Some("m-1".into()) },
+            Observation::QueryFound { provider_msg_id: None },
+            accepted(),
+        ] {
+            let t = run(&ctx(SMS, true, 2, 3), obs);
+            assert_eq!(t.state, TaskState::Sent);
+            assert!(!t.needs_review);
+        }
+    }
+
+    // Row: TIMEOUT / IO_ERROR / QUERY_FAILED.
+    #[test]
+    fn row_timeout_without_uncertain_history_is_unknown_and_retried() {
+        for obs in [Observation::Timeout, Observation::IoError] {
+            let t = run(&ctx(Capability::Idempotent, false, 1, 3), obs);
+            check(&t, TaskState::Unknown, true, false);
+            assert_eq!(t.uncertain_since, Some(NOW - Millis(400)));
+        }
+    }
+
+    #[test]
+    fn row_timeout_with_uncertain_history_is_unknown_and_retried() {
+        let t = run(&ctx(SMS, true, 2, 3), Observation::QueryFailed);
+        check(&t, TaskState::Unknown, true, false);
+        assert_eq!(t.uncertain_since, Some(NOW - Millis(10_000)), "a failed query keeps the original mark");
+    }
+
+    #[test]
+    fn row_timeout_without_budget_parks() {
+        check(&run(&ctx(Capability::Idempotent, false, 3, 3), Observation::Timeout), TaskState::Unknown, true, true);
+        check(&run(&ctx(SMS, true, 3, 3), Observation::QueryFailed), TaskState::Unknown, true, true);
+    }
+
+    #[test]
+    fn row_timeout_on_a_channel_with_neither_key_nor_query_parks() {
+        for obs in [Observation::Timeout, Observation::IoError] {
+            check(&run(&ctx(Capability::Neither, false, 1, 3), obs), TaskState::Unknown, true, true);
+        }
+    }
+
+    // Row: RETRYABLE_REJECT.
+    #[test]
+    fn row_retryable_reject_without_uncertain_history_is_pending_with_backoff() {
+        let t = run(&ctx(Capability::Idempotent, false, 1, 3), Observation::RetryableReject { retry_after: None });
+        check(&t, TaskState::Pending, false, false);
+        assert!(t.next_attempt_at > Some(NOW), "backoff applies");
+    }
+
+    #[test]
+    fn row_retryable_reject_without_uncertain_history_and_no_budget_fails() {
+        let t = run(&ctx(Capability::Idempotent, false, 3, 3), Observation::RetryableReject { retry_after: None });
+        check(&t, TaskState::Failed, false, false);
+    }
+
+    #[test]
+    fn row_retryable_reject_with_uncertain_history_stays_unknown() {
+        let t = run(&ctx(Capability::Idempotent, true, 2, 3), Observation::RetryableReject { retry_after: None });
+        check(&t, TaskState::Unknown, true, false);
+    }
+
+    #[test]
+    fn row_retryable_reject_with_uncertain_history_and_no_budget_parks() {
+        // This is B3: push timed out (accepted), then 503 with no budget left. Not FAILED.
+        let t = run(&ctx(Capability::Idempotent, true, 2, 2), Observation::RetryableReject { retry_after: None });
+        check(&t, TaskState::Unknown, true, true);
+    }
+
+    #[test]
+    fn row_retryable_reject_honours_retry_after() {
+        let wait = Millis(120_000);
+        for prior in [false, true] {
+            let t = run(
+                &ctx(Capability::Idempotent, prior, 1, 3),
+                Observation::RetryableReject { retry_after: Some(wait) },
+            );
+            assert!(t.next_attempt_at >= Some(NOW + wait), "{t:?}");
+        }
+    }
+
+    // Row: REJECTED.
+    #[test]
+    fn row_rejected_without_uncertain_history_fails() {
+        check(&run(&ctx(Capability::Idempotent, false, 1, 3), Observation::Rejected), TaskState::Failed, false, false);
+    }
+
+    #[test]
+    fn row_rejected_with_uncertain_history_parks() {
+        check(&run(&ctx(Capability::Idempotent, true, 2, 3), Observation::Rejected), TaskState::Unknown, true, true);
+    }
+
+    // Row: QUERY_NOT_FOUND.
+    #[test]
+    fn row_query_not_found_immediately_consistent_clears_uncertainty() {
+        let t = run(&ctx(SMS, true, 2, 3), Observation::QueryNotFound);
+        check(&t, TaskState::Pending, false, false);
+        assert_eq!(t.next_attempt_at, Some(NOW));
+        assert_eq!(t.uncertain_since, None);
+    }
+
+    #[test]
+    fn row_query_not_found_without_budget_fails() {
+        check(&run(&ctx(SMS, true, 3, 3), Observation::QueryNotFound), TaskState::Failed, false, false);
+    }
+
+    #[test]
+    fn row_query_not_found_too_early_stays_unknown_and_asks_later() {
+        // The original send started 10 s ago; the channel needs 30 s before "not found" is true.
+        let t = run(&ctx(SMS_SLOW, true, 2, 3), Observation::QueryNotFound);
+        check(&t, TaskState::Unknown, true, false);
+        assert!(t.next_attempt_at >= Some(NOW + Millis(20_000)), "not before the consistency delay: {t:?}");
+    }
+
+    #[test]
+    fn row_query_not_found_too_early_without_budget_parks() {
+        check(&run(&ctx(SMS_SLOW, true, 3, 3), Observation::QueryNotFound), TaskState::Unknown, true, true);
+    }
+
+    #[test]
+    fn row_query_not_found_after_the_consistency_delay_is_believed() {
+        let mut c = ctx(SMS_SLOW, true, 2, 3);
+        c.uncertain_since = Some(NOW - Millis(30_000));
+        check(&run(&c, Observation::QueryNotFound), TaskState::Pending, false, false);
+    }
+}

@@ -1,0 +1,126 @@
+//! Identifiers and keys as newtypes, so a user id can never be passed where an event key is expected.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub String);
+
+        impl $name {
+            #[must_use]
+            pub fn new(value: impl Into<String>) -> Self {
+                Self(value.into())
+            }
+
+            #[must_use]
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(value: &str) -> Self {
+                Self(value.to_owned())
+            }
+        }
+    };
+}
+
+string_id!(
+    /// The business service's id of a user. Every per-user row carries it (SPEC §1).
+    UserId
+);
+string_id!(
+    /// The business key of an event; `(user, event key)` is the logical dedup key.
+    EventKey
+);
+string_id!(
+    /// A configured channel name, such as `push`, `sms` or `miao`.
+    ChannelName
+);
+string_id!(
+    /// Groups notifications of one subject for digests (SPEC §7).
+    ThreadKey
+);
+
+macro_rules! int_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub i64);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+
+int_id!(
+    /// A logical notification.
+    NotificationId
+);
+int_id!(
+    /// One delivery task: one (notification, channel).
+    TaskId
+);
+
+/// The token of the attempt that currently holds a task. Finishing is fenced by it (SPEC §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AttemptToken(pub uuid::Uuid);
+
+impl fmt::Display for AttemptToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The idempotency key sent to channels that honour one. It is derived from the task alone, so it is
+/// identical across every attempt of the task — that is what lets the channel recognise a resend.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    #[must_use]
+    pub fn for_task(task: TaskId) -> Self {
+        IdempotencyKey(format!("ntf-{}", task.0))
+    }
+
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_key_is_derived_from_the_task_only() {
+        assert_eq!(IdempotencyKey::for_task(TaskId(42)).as_str(), "ntf-42");
+        assert_eq!(IdempotencyKey::for_task(TaskId(42)), IdempotencyKey::for_task(TaskId(42)));
+        assert_ne!(IdempotencyKey::for_task(TaskId(42)), IdempotencyKey::for_task(TaskId(43)));
+    }
+}
