@@ -1,2 +1,4 @@
-//! placeholder
+//! Channel adapters of Herald, and local stand-in channels to test them against.
+
 pub mod cipher;
+pub mod standin;
