@@ -1,1 +1,22 @@
-//! placeholder
+//! Herald's ports: the async traits that `herald-app` drives and the adapters implement.
+//!
+//! Ports speak only domain words. No `sqlx::` or `reqwest::` type appears in a signature; adapters map
+//! their library errors to the classified error enums here (with an `Unknown` variant for the rest).
+//! With the `mocks` feature every trait has a mockall mock (`MockNotificationStore`, …) for unit tests
+//! of orchestration; tests of behaviour use a real PostgreSQL and real stand-in channels instead.
+
+pub mod channel;
+pub mod cipher;
+pub mod clock;
+pub mod prefs;
+pub mod store;
+
+pub use channel::{Channel, ChannelRegistry, OutboundMessage};
+pub use cipher::{CipherError, DestinationCipher};
+pub use clock::Clock;
+pub use prefs::{ChannelPref, PreferenceStore, StoredDestination};
+pub use store::{
+    AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, FinishRecord, FinishResult,
+    InboxChannel, InboxItem, NewNotification, NotificationStore, NotificationView, ResolveError, Resolved, Settled,
+    StoreError, TaskSummary, TaskView,
+};

@@ -1,0 +1,63 @@
+//! The preference port: a user's switch and (encrypted) destination per channel.
+
+use async_trait::async_trait;
+use herald_domain::{ChannelName, UserId};
+
+use crate::store::StoreError;
+
+/// A preference as the API may show it: never the destination itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelPref {
+    pub user_id: UserId,
+    pub channel: ChannelName,
+    pub enabled: bool,
+    pub has_destination: bool,
+    pub verified: bool,
+    pub version: i64,
+}
+
+/// One stored ciphertext, for decryption or key rotation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDestination {
+    pub user_id: UserId,
+    pub channel: ChannelName,
+    pub ciphertext: Vec<u8>,
+}
+
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait PreferenceStore: Send + Sync {
+    /// Creates or updates a preference, bumping `version`. `destination = None` keeps the stored one;
+    /// a new destination clears `verified`.
+    async fn put(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        enabled: bool,
+        destination: Option<Vec<u8>>,
+    ) -> Result<ChannelPref, StoreError>;
+
+    async fn get(&self, user: &UserId, channel: &ChannelName) -> Result<Option<ChannelPref>, StoreError>;
+
+    /// The stored ciphertext of a destination.
+    async fn destination(&self, user: &UserId, channel: &ChannelName) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Marks the destination verified (the user confirmed a test prompt arrived).
+    async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError>;
+
+    /// Up to `limit` stored destinations after `after` in `(user_id, channel)` order, for rotation.
+    async fn destinations_after(
+        &self,
+        after: Option<(UserId, ChannelName)>,
+        limit: u32,
+    ) -> Result<Vec<StoredDestination>, StoreError>;
+
+    /// Replaces a ciphertext only if it is still `old` (so a concurrent change is never overwritten).
+    async fn replace_destination(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, StoreError>;
+}

@@ -1,0 +1,273 @@
+//! The notification store port: creating notifications, claiming and finishing delivery tasks, the human
+//! exit, and the read models (notification view, review list, inbox).
+//!
+//! The store keeps decisions, it does not make them: `claim` calls `herald_domain::decide_claim` on every
+//! locked row inside its transaction and stores the result; `finish` stores a `Transition` the caller
+//! computed with `herald_domain::finish`, fenced by the attempt token.
+
+use async_trait::async_trait;
+use herald_domain::finish::FinishContext;
+use herald_domain::resolve::FinalState;
+use herald_domain::{
+    Action, AttemptToken, ChannelName, ChannelRules, EventKey, Millis, NotificationId, Observation, Outcome, TaskId,
+    TaskState, ThreadKey, Timestamp, Transition, UserId,
+};
+
+/// Failures of the store, classified so callers know whether waiting helps.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or the connection broke; retry after a pause. Nothing was
+    /// committed by the failed call unless the caller can see it afterwards.
+    #[error("database unavailable")]
+    Unavailable(#[source] anyhow::Error),
+    /// Anything else: a bug or an unexpected database state.
+    #[error("store failure")]
+    Unknown(#[source] anyhow::Error),
+}
+
+/// A submission of one logical notification (SPEC §3 `create`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewNotification {
+    pub user_id: UserId,
+    pub event_key: EventKey,
+    pub body: String,
+    pub ttl: Millis,
+    /// Overrides the channel's budget when given.
+    pub max_attempts: Option<u32>,
+    pub thread_key: Option<ThreadKey>,
+}
+
+/// The channels a store call may create or claim tasks for, with their rules.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChannelTable(pub Vec<(ChannelName, ChannelRules)>);
+
+impl ChannelTable {
+    #[must_use]
+    pub fn get(&self, name: &ChannelName) -> Option<&ChannelRules> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, rules)| rules)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &ChannelName> {
+        self.0.iter().map(|(name, _)| name)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskSummary {
+    pub task_id: TaskId,
+    pub channel: ChannelName,
+    pub state: TaskState,
+}
+
+/// The answer to `create`: the notification, whether this call created it, and its tasks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Created {
+    pub notification_id: NotificationId,
+    pub created: bool,
+    pub tasks: Vec<TaskSummary>,
+}
+
+/// One claim cycle's parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// Recorded as `lease_owner`.
+    pub worker: String,
+    pub now: Timestamp,
+    pub lease: Millis,
+    /// At most this many tasks are claimed in one transaction.
+    pub limit: u32,
+    pub channels: ChannelTable,
+}
+
+/// A task the caller now holds and must call the channel for, then finish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimedTask {
+    pub task_id: TaskId,
+    pub notification_id: NotificationId,
+    pub user_id: UserId,
+    pub channel: ChannelName,
+    pub token: AttemptToken,
+    pub attempt_no: i32,
+    pub action: Action,
+    /// Everything `herald_domain::finish` needs, as known at claim.
+    pub finish: FinishContext,
+    pub body: String,
+    pub expires_at: Timestamp,
+    /// The encrypted destination, read in the claim transaction; decrypted only by the worker.
+    pub destination: Option<Vec<u8>>,
+    /// For a digest task: how many events it stands for.
+    pub digest_count: Option<u32>,
+}
+
+/// A task the claim settled without calling the channel (suppressed, failed or parked).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    pub task_id: TaskId,
+    pub channel: ChannelName,
+    pub outcome: Option<Outcome>,
+    pub state: TaskState,
+    pub parked: bool,
+}
+
+/// What one claim transaction did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimBatch {
+    pub claimed: Vec<ClaimedTask>,
+    pub settled: Vec<Settled>,
+    /// Tasks moved to a later `next_attempt_at` by an egress interval (no attempt spent).
+    pub deferred: Vec<TaskId>,
+    /// Attempts found holding an expired lease and marked `LEASE_EXPIRED`.
+    pub lease_expired: u32,
+}
+
+/// What the worker observed, and the transition it computed, for one claimed attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinishRecord {
+    pub task_id: TaskId,
+    pub token: AttemptToken,
+    pub observation: Observation,
+    /// A short, secret-free explanation.
+    pub detail: String,
+    pub transition: Transition,
+    pub now: Timestamp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishResult {
+    /// The attempt still held the task; the transition is stored.
+    Applied,
+    /// A newer claim superseded the attempt: the observation went to its `late_outcome`, the task is
+    /// untouched.
+    Stale,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptView {
+    pub attempt_no: i32,
+    /// `None` for claim-time and manual rows, which call no channel.
+    pub action: Option<Action>,
+    pub outcome: Option<Outcome>,
+    pub late_outcome: Option<Outcome>,
+    pub started_at: Timestamp,
+    pub finished_at: Option<Timestamp>,
+    pub detail: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskView {
+    pub task_id: TaskId,
+    pub notification_id: NotificationId,
+    pub user_id: UserId,
+    pub channel: ChannelName,
+    pub state: TaskState,
+    pub outcome_uncertain: bool,
+    pub needs_review: bool,
+    pub attempt_count: u32,
+    pub next_attempt_at: Option<Timestamp>,
+    pub provider_msg_id: Option<String>,
+    pub last_error: Option<String>,
+    pub digest_count: Option<u32>,
+    /// Oldest first.
+    pub attempts: Vec<AttemptView>,
+}
+
+impl TaskView {
+    #[must_use]
+    pub fn is_parked(&self) -> bool {
+        self.state == TaskState::Unknown && self.needs_review && self.next_attempt_at.is_none()
+    }
+
+    /// The outcome sequence of the attempts, oldest first (what the reference cases assert).
+    #[must_use]
+    pub fn outcomes(&self) -> Vec<Option<Outcome>> {
+        self.attempts.iter().map(|a| a.outcome).collect()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotificationView {
+    pub notification_id: NotificationId,
+    pub user_id: UserId,
+    pub event_key: EventKey,
+    pub body: String,
+    pub thread_key: Option<ThreadKey>,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+    pub tasks: Vec<TaskView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InboxChannel {
+    pub channel: ChannelName,
+    pub state: TaskState,
+    pub needs_review: bool,
+    /// The event's external prompt was merged into a digest task.
+    pub in_digest: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InboxItem {
+    pub notification_id: NotificationId,
+    pub body: String,
+    pub created_at: Timestamp,
+    pub read_at: Option<Timestamp>,
+    /// Empty: in-app only.
+    pub channels: Vec<InboxChannel>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub task_id: TaskId,
+    pub state: TaskState,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("no such task")]
+    NotFound,
+    #[error("task is {state} and not waiting for review; nothing changed")]
+    NotParked { state: TaskState },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait NotificationStore: Send + Sync {
+    /// SPEC §3: in one transaction, inserts the notification unless `(user_id, event_key)` exists; when
+    /// inserted, also the inbox item and one task per enabled channel of `channels`. For a duplicate it
+    /// MUST return the existing notification with `created = false` and write nothing.
+    async fn create(
+        &self,
+        new: &NewNotification,
+        channels: &ChannelTable,
+        now: Timestamp,
+    ) -> Result<Created, StoreError>;
+
+    /// SPEC §4: claims up to `limit` runnable tasks with `FOR UPDATE … SKIP LOCKED` in one short
+    /// transaction. Every returned [`ClaimedTask`] is committed as `SENDING` under a fresh token before
+    /// this returns; the caller calls the channel only afterwards.
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError>;
+
+    /// SPEC §5: stores the transition only while the attempt still holds the task (state `SENDING`,
+    /// same token); otherwise records the observation as the attempt's `late_outcome` and returns
+    /// [`FinishResult::Stale`] without touching the task.
+    async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError>;
+
+    /// SPEC §3/§6: the human exit; succeeds only from parked, once.
+    async fn resolve_manually(
+        &self,
+        task: TaskId,
+        final_state: FinalState,
+        note: &str,
+        now: Timestamp,
+    ) -> Result<Resolved, ResolveError>;
+
+    async fn notification(&self, id: NotificationId) -> Result<Option<NotificationView>, StoreError>;
+
+    /// Parked tasks, oldest first.
+    async fn parked(&self, limit: u32) -> Result<Vec<TaskView>, StoreError>;
+
+    /// A user's inbox, newest first.
+    async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError>;
+}
