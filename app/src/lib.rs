@@ -1,0 +1,4 @@
+//! The `herald` service: worker cycles, HTTP API, configuration and command line, wired to the
+//! PostgreSQL store and the channel adapters.
+
+pub mod worker;

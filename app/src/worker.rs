@@ -1,0 +1,1 @@
+//! The worker cycle: claim → call → finish.
