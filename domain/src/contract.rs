@@ -81,3 +81,16 @@ impl ChannelContract {
         ChannelContract { kind, capability: Capability::of(kind, consistency), refusal_5xx }
     }
 }
+
+/// Everything the claim and finish decisions need to know about one configured channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelRules {
+    pub contract: ChannelContract,
+    /// The channel's attempt budget and backoff; a notification's own `max_attempts` overrides the budget.
+    pub retry: crate::retry::RetryPolicy,
+    pub policy: Policy,
+    /// Global egress interval: minimum time between two actual calls, across all workers (SPEC §7).
+    pub min_interval: Millis,
+    /// Instant prompts per rolling window before events are merged into a digest.
+    pub digest: Option<crate::digest::DigestRule>,
+}

@@ -23,7 +23,7 @@ pub mod task;
 pub mod time;
 
 pub use claim::{choose_action, decide_claim, ClaimContext, ClaimDecision, ParkReason};
-pub use contract::{Capability, ChannelContract, ChannelKind, Policy, QueryConsistency, RefusalProof};
+pub use contract::{Capability, ChannelContract, ChannelKind, ChannelRules, Policy, QueryConsistency, RefusalProof};
 pub use digest::{decide_digest, DigestDecision, DigestRule, OpenDigest};
 pub use egress::{decide_egress, deferral, EgressDecision};
 pub use finish::{finish, FinishContext};
