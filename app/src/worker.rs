@@ -1,1 +1,379 @@
-//! The worker cycle: claim → call → finish.
+//! The worker cycle (SPEC §3 `run_once`): claim → call → finish.
+//!
+//! A cycle claims a batch in one short transaction (the store commits every claimed task as `SENDING`
+//! under a fresh token before returning), then — with no transaction open and no row locked — decrypts
+//! each destination and calls the channel, and finally finishes each attempt with a transition computed
+//! by the domain. Workers are stateless: any number of cycles may run per process and any number of
+//! processes against one database.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use herald_domain::classify::Classified;
+use herald_domain::{finish, Action, IdempotencyKey, Jitter, Millis, Observation, TaskId, TaskState};
+use herald_ports::store::ChannelTable;
+use herald_ports::{
+    ChannelRegistry, ClaimRequest, ClaimedTask, Clock, DestinationCipher, FinishRecord, FinishResult,
+    NotificationStore, OutboundMessage, StoreError,
+};
+use tokio::sync::watch;
+
+/// How one worker claims.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Recorded as `lease_owner` on claimed tasks.
+    pub id: String,
+    pub lease: Millis,
+    /// Tasks claimed per transaction.
+    pub batch: u32,
+    /// Pause between polls when there was nothing to do.
+    pub idle_poll: Duration,
+}
+
+/// What a cycle did with one task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// The channel accepted.
+    Sent(TaskId),
+    /// The outcome is unknown; `parked` when no worker will try again.
+    Unknown {
+        task: TaskId,
+        parked: bool,
+    },
+    /// Refused before acceptance (or "not found" believed); retried later.
+    Retry(TaskId),
+    Failed(TaskId),
+    Suppressed(TaskId),
+    /// Settled at claim without a call: parked because it may already have been sent.
+    Parked(TaskId),
+    /// The egress interval moved it to later; no attempt spent.
+    Deferred(TaskId),
+    /// The attempt had been superseded; its observation went to `late_outcome`.
+    Stale(TaskId),
+}
+
+/// One cycle's reports. Empty means there was nothing to do.
+pub type Cycle = Vec<Report>;
+
+pub struct Worker {
+    store: Arc<dyn NotificationStore>,
+    channels: Arc<dyn ChannelRegistry>,
+    cipher: Arc<dyn DestinationCipher>,
+    clock: Arc<dyn Clock>,
+    table: ChannelTable,
+    config: WorkerConfig,
+}
+
+impl Worker {
+    pub fn new(
+        store: Arc<dyn NotificationStore>,
+        channels: Arc<dyn ChannelRegistry>,
+        cipher: Arc<dyn DestinationCipher>,
+        clock: Arc<dyn Clock>,
+        config: WorkerConfig,
+    ) -> Self {
+        let table = ChannelTable(
+            channels.names().into_iter().filter_map(|name| channels.get(&name).map(|ch| (name, ch.rules()))).collect(),
+        );
+        Worker { store, channels, cipher, clock, table, config }
+    }
+
+    /// The channel table this worker claims for.
+    #[must_use]
+    pub fn channel_table(&self) -> &ChannelTable {
+        &self.table
+    }
+
+    /// One claim → call → finish cycle over up to `batch` tasks.
+    ///
+    /// # Errors
+    /// Store failures; a failure after the claim leaves the task `SENDING` until its lease expires,
+    /// when another claim takes over and treats the attempt as uncertain — nothing is lost.
+    #[tracing::instrument(skip_all, fields(worker = %self.config.id))]
+    pub async fn run_once(&self) -> Result<Cycle, StoreError> {
+        let now = self.clock.now().await?;
+        let request = ClaimRequest {
+            worker: self.config.id.clone(),
+            now,
+            lease: self.config.lease,
+            limit: self.config.batch,
+            channels: self.table.clone(),
+        };
+        let batch = self.store.claim(&request).await?;
+        let mut reports: Cycle = Vec::with_capacity(batch.claimed.len() + batch.settled.len());
+        for settled in &batch.settled {
+            reports.push(match settled.state {
+                TaskState::Suppressed => Report::Suppressed(settled.task_id),
+                _ if settled.parked => Report::Parked(settled.task_id),
+                _ => Report::Failed(settled.task_id),
+            });
+        }
+        reports.extend(batch.deferred.iter().map(|&task| Report::Deferred(task)));
+        let finished = join_all(batch.claimed.into_iter().map(|task| self.call_and_finish(task))).await;
+        for report in finished {
+            reports.push(report?);
+        }
+        Ok(reports)
+    }
+
+    /// Runs cycles until nothing is left to do or `max_cycles` have run; returns every report.
+    ///
+    /// # Errors
+    /// The first store failure.
+    pub async fn drain(&self, max_cycles: usize) -> Result<Vec<Report>, StoreError> {
+        let mut all = Vec::new();
+        for _ in 0..max_cycles {
+            let cycle = self.run_once().await?;
+            if cycle.is_empty() {
+                break;
+            }
+            all.extend(cycle);
+        }
+        Ok(all)
+    }
+
+    /// Loops until `shutdown` turns true: stops claiming at once, lets the cycle in flight finish.
+    pub async fn run(&self, mut shutdown: watch::Receiver<bool>, mut wake: Option<watch::Receiver<()>>) {
+        let mut failures: u32 = 0;
+        while !*shutdown.borrow() {
+            match self.run_once().await {
+                Ok(cycle) if !cycle.is_empty() => {
+                    failures = 0;
+                    continue;
+                }
+                Ok(_) => failures = 0,
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(error = %error, failures, "worker cycle failed; backing off");
+                }
+            }
+            // Idle or failing: wait for a wake-up, the poll interval (longer while failing), or shutdown.
+            let pause = self.config.idle_poll.saturating_mul(1 << failures.min(5));
+            let woken = async {
+                match wake.as_mut() {
+                    Some(rx) => {
+                        let _ = rx.changed().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = woken, if failures == 0 => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(task_id = %task.task_id, attempt = task.attempt_no, channel = %task.channel))]
+    async fn call_and_finish(&self, task: ClaimedTask) -> Result<Report, StoreError> {
+        let classified = self.call(&task).await;
+        let now = self.clock.now().await?;
+        let transition = finish(&task.finish, &classified.observation, now, Jitter::from_bits(rand::random()));
+        let report = report_for(task.task_id, &transition);
+        let record = FinishRecord {
+            task_id: task.task_id,
+            token: task.token,
+            observation: classified.observation,
+            detail: classified.detail,
+            transition,
+            now,
+        };
+        match self.store.finish(&record).await? {
+            FinishResult::Applied => {
+                tracing::debug!(outcome = %record.observation.outcome(), state = %record.transition.state, "attempt finished");
+                Ok(report)
+            }
+            FinishResult::Stale => {
+                tracing::info!(outcome = %record.observation.outcome(), "attempt superseded; observation kept as late outcome");
+                Ok(Report::Stale(task.task_id))
+            }
+        }
+    }
+
+    /// Calls the channel; never fails — problems before the call are observations too.
+    async fn call(&self, task: &ClaimedTask) -> Classified {
+        let Some(channel) = self.channels.get(&task.channel) else {
+            // Only configured channels are claimed; a registry without it is a wiring bug. Nothing was sent.
+            return Classified {
+                observation: Observation::RetryableReject { retry_after: None },
+                detail: "channel not configured in this worker".into(),
+            };
+        };
+        let reference = task.task_id.to_string();
+        if task.action == Action::Query {
+            return channel.query(&reference).await;
+        }
+        let Some(stored) = task.destination.as_deref() else {
+            return Classified { observation: Observation::Rejected, detail: "no destination configured".into() };
+        };
+        let destination = match self.cipher.decrypt(&task.user_id, &task.channel, stored) {
+            Ok(destination) => destination,
+            Err(error) => {
+                // Not sent. Retryable: loading the missing key fixes it.
+                tracing::error!(error = %error, "cannot decrypt destination");
+                return Classified {
+                    observation: Observation::RetryableReject { retry_after: None },
+                    detail: format!("not sent: {error}"),
+                };
+            }
+        };
+        let ttl_left = task.expires_at.since(task.finish.attempt_started_at);
+        let message = OutboundMessage {
+            reference,
+            idempotency_key: IdempotencyKey::for_task(task.task_id),
+            destination,
+            text: channel.outbound_text(&task.body, task.digest_count),
+            ttl_seconds: ttl_left.as_millis().div_ceil(1000).max(1),
+        };
+        channel.send(&message).await
+    }
+}
+
+fn report_for(task: TaskId, transition: &herald_domain::Transition) -> Report {
+    match transition.state {
+        TaskState::Sent => Report::Sent(task),
+        TaskState::Unknown => Report::Unknown { task, parked: transition.is_parked() },
+        TaskState::Pending | TaskState::Sending => Report::Retry(task),
+        TaskState::Failed => Report::Failed(task),
+        TaskState::Suppressed => Report::Suppressed(task),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_domain::classify::Classified;
+    use herald_domain::contract::{ChannelContract, ChannelKind, ChannelRules, Policy, QueryConsistency, RefusalProof};
+    use herald_domain::finish::FinishContext;
+    use herald_domain::{
+        AttemptToken, Capability, ChannelName, NotificationId, Outcome, RetryPolicy, Timestamp, UserId,
+    };
+    use herald_ports::channel::{MockChannel, MockChannelRegistry};
+    use herald_ports::cipher::MockDestinationCipher;
+    use herald_ports::clock::MockClock;
+    use herald_ports::store::{ClaimBatch, MockNotificationStore, Settled};
+    use mockall::Sequence;
+    use secrecy::SecretString;
+
+    const NOW: Timestamp = Timestamp(1_700_000_000_000);
+
+    fn rules() -> ChannelRules {
+        ChannelRules {
+            contract: ChannelContract::new(
+                ChannelKind::Webhook,
+                RefusalProof::BeforeAcceptance,
+                QueryConsistency::Immediate,
+            ),
+            retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
+            policy: Policy::Safe,
+            min_interval: Millis::ZERO,
+            digest: None,
+        }
+    }
+
+    fn claimed(task: i64) -> ClaimedTask {
+        ClaimedTask {
+            task_id: TaskId(task),
+            notification_id: NotificationId(1),
+            user_id: UserId::from("u1"),
+            channel: ChannelName::from("push"),
+            token: AttemptToken(uuid::Uuid::from_u128(7)),
+            attempt_no: 1,
+            action: Action::Send,
+            finish: FinishContext {
+                action: Action::Send,
+                prior_uncertain: false,
+                uncertain_since: None,
+                attempt_started_at: NOW,
+                attempts_used: 1,
+                budget: 3,
+                capability: Capability::Idempotent,
+                retry: rules().retry,
+            },
+            body: "Order shipped".into(),
+            expires_at: NOW + Millis(60_000),
+            destination: Some(b"ciphertext".to_vec()),
+            digest_count: None,
+        }
+    }
+
+    fn settled(task: i64, state: TaskState, parked: bool) -> Settled {
+        Settled { task_id: TaskId(task), channel: ChannelName::from("push"), outcome: None, state, parked }
+    }
+
+    /// Builds a worker whose channel expects `sends` calls, in the order claim → send → finish.
+    fn worker(batch: ClaimBatch, sends: usize) -> Worker {
+        let mut seq = Sequence::new();
+        let mut store = MockNotificationStore::new();
+        let mut channel = MockChannel::new();
+        channel.expect_rules().returning(rules);
+        channel.expect_outbound_text().returning(|body, _| body.to_owned());
+        let finishes = batch.claimed.len();
+        store.expect_claim().times(1).in_sequence(&mut seq).return_once(move |_| Ok(batch));
+        channel.expect_send().times(sends).in_sequence(&mut seq).returning(|message| {
+            assert_eq!(message.idempotency_key.as_str(), "ntf-3");
+            Classified {
+                observation: Observation::Accepted { provider_msg_id: Some("p-1".into()) },
+                detail: "ok".into(),
+            }
+        });
+        store.expect_finish().times(finishes).in_sequence(&mut seq).returning(|record| {
+            assert_eq!(record.transition.state, TaskState::Sent);
+            assert_eq!(record.observation.outcome(), Outcome::Accepted);
+            Ok(FinishResult::Applied)
+        });
+        let channel: Arc<dyn herald_ports::Channel> = Arc::new(channel);
+        let mut registry = MockChannelRegistry::new();
+        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
+        registry.expect_get().returning(move |_| Some(channel.clone()));
+        let mut cipher = MockDestinationCipher::new();
+        cipher.expect_decrypt().times(sends).returning(|_, _, _| Ok(SecretString::from("dest")));
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(|| Ok(NOW));
+        Worker::new(
+            Arc::new(store),
+            Arc::new(registry),
+            Arc::new(cipher),
+            Arc::new(clock),
+            WorkerConfig { id: "w1".into(), lease: Millis(60_000), batch: 8, idle_poll: Duration::from_millis(10) },
+        )
+    }
+
+    #[tokio::test]
+    async fn channel_is_called_only_after_the_claim_and_before_the_finish() {
+        let batch = ClaimBatch { claimed: vec![claimed(3)], ..ClaimBatch::default() };
+        let reports = worker(batch, 1).run_once().await.expect("cycle");
+        assert_eq!(reports, vec![Report::Sent(TaskId(3))]);
+    }
+
+    #[tokio::test]
+    async fn suppressed_failed_and_parked_tasks_never_call_the_channel() {
+        let batch = ClaimBatch {
+            settled: vec![
+                settled(4, TaskState::Suppressed, false),
+                settled(5, TaskState::Failed, false),
+                settled(6, TaskState::Unknown, true),
+            ],
+            deferred: vec![TaskId(7)],
+            ..ClaimBatch::default()
+        };
+        let reports = worker(batch, 0).run_once().await.expect("cycle");
+        assert_eq!(
+            reports,
+            vec![
+                Report::Suppressed(TaskId(4)),
+                Report::Failed(TaskId(5)),
+                Report::Parked(TaskId(6)),
+                Report::Deferred(TaskId(7))
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_to_claim_reports_nothing() {
+        let reports = worker(ClaimBatch::default(), 0).run_once().await.expect("cycle");
+        assert!(reports.is_empty());
+    }
+}
