@@ -174,14 +174,9 @@ impl Keyring {
             loaded.insert(key_id, cipher);
         }
         if !loaded.contains_key(current) {
-            return Err(KeyringError::CurrentNotLoaded {
-                key_id: current.to_owned(),
-            });
+            return Err(KeyringError::CurrentNotLoaded { key_id: current.to_owned() });
         }
-        Ok(Self {
-            keys: loaded,
-            current: current.to_owned(),
-        })
+        Ok(Self { keys: loaded, current: current.to_owned() })
     }
 
     /// Generates a fresh random key, base64-encoded as the `[keys]` section
@@ -212,21 +207,11 @@ impl Keyring {
     /// # Errors
     ///
     /// [`CipherError::Encrypt`] only if AES-GCM refuses the input length.
-    pub fn encrypt(
-        &self,
-        user_id: &str,
-        channel: &str,
-        plaintext: &SecretString,
-    ) -> Result<Vec<u8>, CipherError> {
+    pub fn encrypt(&self, user_id: &str, channel: &str, plaintext: &SecretString) -> Result<Vec<u8>, CipherError> {
         let key_id = self.current.as_str();
         // `new` guarantees the current id is loaded; an error rather than a
         // panic keeps that an invariant of this type, not of every caller.
-        let cipher = self
-            .keys
-            .get(key_id)
-            .ok_or_else(|| CipherError::UnknownKey {
-                key_id: key_id.to_owned(),
-            })?;
+        let cipher = self.keys.get(key_id).ok_or_else(|| CipherError::UnknownKey { key_id: key_id.to_owned() })?;
         // Validated in `new`: at most 255 bytes, so the cast cannot truncate.
         let key_id_len = u8::try_from(key_id.len()).map_err(|_| CipherError::MalformedKeyId)?;
 
@@ -265,31 +250,17 @@ impl Keyring {
     /// that are not a sealed destination, [`CipherError::UnknownKey`] when
     /// their key is not loaded, [`CipherError::Tampered`] when they were
     /// modified or belong to another row.
-    pub fn decrypt(
-        &self,
-        user_id: &str,
-        channel: &str,
-        bytes: &[u8],
-    ) -> Result<SecretString, CipherError> {
+    pub fn decrypt(&self, user_id: &str, channel: &str, bytes: &[u8]) -> Result<SecretString, CipherError> {
         let sealed = Sealed::parse(bytes)?;
-        let cipher = self
-            .keys
-            .get(sealed.key_id)
-            .ok_or_else(|| CipherError::UnknownKey {
-                key_id: sealed.key_id.to_owned(),
-            })?;
+        let cipher =
+            self.keys.get(sealed.key_id).ok_or_else(|| CipherError::UnknownKey { key_id: sealed.key_id.to_owned() })?;
         let aad = associated_data(user_id, channel);
         // A boxed slice has exactly the plaintext's length, so turning it into
         // the `Box<str>` inside `SecretString` below does not reallocate and
         // leave an unwiped copy behind.
         let mut buffer: Box<[u8]> = sealed.ciphertext.into();
         if cipher
-            .decrypt_in_place_detached(
-                &Nonce::from(*sealed.nonce),
-                &aad,
-                &mut buffer,
-                &Tag::from(*sealed.tag),
-            )
+            .decrypt_in_place_detached(&Nonce::from(*sealed.nonce), &aad, &mut buffer, &Tag::from(*sealed.tag))
             .is_err()
         {
             // aes-gcm checks the tag before decrypting, so this is still
@@ -336,12 +307,7 @@ impl Keyring {
     /// # Errors
     ///
     /// Any error of [`decrypt`](Self::decrypt) or [`encrypt`](Self::encrypt).
-    pub fn rotate(
-        &self,
-        user_id: &str,
-        channel: &str,
-        bytes: &[u8],
-    ) -> Result<Option<Vec<u8>>, CipherError> {
+    pub fn rotate(&self, user_id: &str, channel: &str, bytes: &[u8]) -> Result<Option<Vec<u8>>, CipherError> {
         let plaintext = self.decrypt(user_id, channel, bytes)?;
         if self.needs_rotation(bytes) {
             self.encrypt(user_id, channel, &plaintext).map(Some)
@@ -364,25 +330,12 @@ impl<'a> Sealed<'a> {
     /// so no input can make this panic.
     fn parse(bytes: &'a [u8]) -> Result<Self, CipherError> {
         let (&key_id_len, rest) = bytes.split_first().ok_or(CipherError::Truncated)?;
-        let (key_id, rest) = rest
-            .split_at_checked(usize::from(key_id_len))
-            .ok_or(CipherError::Truncated)?;
-        let (nonce, rest) = rest
-            .split_first_chunk::<NONCE_LEN>()
-            .ok_or(CipherError::Truncated)?;
-        let (ciphertext, tag) = rest
-            .split_last_chunk::<TAG_LEN>()
-            .ok_or(CipherError::Truncated)?;
-        let key_id = std::str::from_utf8(key_id)
-            .ok()
-            .filter(|id| is_valid_key_id(id))
-            .ok_or(CipherError::MalformedKeyId)?;
-        Ok(Self {
-            key_id,
-            nonce,
-            ciphertext,
-            tag,
-        })
+        let (key_id, rest) = rest.split_at_checked(usize::from(key_id_len)).ok_or(CipherError::Truncated)?;
+        let (nonce, rest) = rest.split_first_chunk::<NONCE_LEN>().ok_or(CipherError::Truncated)?;
+        let (ciphertext, tag) = rest.split_last_chunk::<TAG_LEN>().ok_or(CipherError::Truncated)?;
+        let key_id =
+            std::str::from_utf8(key_id).ok().filter(|id| is_valid_key_id(id)).ok_or(CipherError::MalformedKeyId)?;
+        Ok(Self { key_id, nonce, ciphertext, tag })
     }
 }
 
@@ -401,9 +354,7 @@ fn associated_data(user_id: &str, channel: &str) -> Vec<u8> {
 fn is_valid_key_id(key_id: &str) -> bool {
     !key_id.is_empty()
         && key_id.len() <= MAX_KEY_ID_LEN
-        && key_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && key_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn validate_key_id(key_id: &str) -> Result<(), KeyringError> {
@@ -411,15 +362,10 @@ fn validate_key_id(key_id: &str) -> Result<(), KeyringError> {
         return Err(KeyringError::EmptyKeyId);
     }
     if key_id.len() > MAX_KEY_ID_LEN {
-        return Err(KeyringError::KeyIdTooLong {
-            key_id: key_id.to_owned(),
-            len: key_id.len(),
-        });
+        return Err(KeyringError::KeyIdTooLong { key_id: key_id.to_owned(), len: key_id.len() });
     }
     if !is_valid_key_id(key_id) {
-        return Err(KeyringError::InvalidKeyId {
-            key_id: key_id.to_owned(),
-        });
+        return Err(KeyringError::InvalidKeyId { key_id: key_id.to_owned() });
     }
     Ok(())
 }
@@ -430,20 +376,13 @@ fn decode_key(key_id: &str, key: &SecretString) -> Result<Aes256Gcm, KeyringErro
     let bytes = Zeroizing::new(
         BASE64
             .decode(key.expose_secret().trim_ascii())
-            .map_err(|_| KeyringError::NotBase64 {
-                key_id: key_id.to_owned(),
-            })?,
+            .map_err(|_| KeyringError::NotBase64 { key_id: key_id.to_owned() })?,
     );
     if bytes.len() != KEY_LEN {
-        return Err(KeyringError::WrongLength {
-            key_id: key_id.to_owned(),
-            len: bytes.len(),
-        });
+        return Err(KeyringError::WrongLength { key_id: key_id.to_owned(), len: bytes.len() });
     }
-    Aes256Gcm::new_from_slice(&bytes).map_err(|_| KeyringError::WrongLength {
-        key_id: key_id.to_owned(),
-        len: bytes.len(),
-    })
+    Aes256Gcm::new_from_slice(&bytes)
+        .map_err(|_| KeyringError::WrongLength { key_id: key_id.to_owned(), len: bytes.len() })
 }
 
 #[cfg(test)]
@@ -458,11 +397,7 @@ mod tests {
     }
 
     fn ring(keys: &[(&str, u8)], current: &str) -> Keyring {
-        Keyring::new(
-            keys.iter().map(|&(id, seed)| (id.to_owned(), key(seed))),
-            current,
-        )
-        .expect("valid test keyring")
+        Keyring::new(keys.iter().map(|&(id, seed)| (id.to_owned(), key(seed))), current).expect("valid test keyring")
     }
 
     fn secret(text: &str) -> SecretString {
@@ -488,13 +423,8 @@ mod tests {
         let sealed = ring.encrypt("u-1", "push", &secret(DESTINATION)).unwrap();
         assert_eq!(sealed[0], 2);
         assert_eq!(&sealed[1..3], b"k1");
-        assert_eq!(
-            sealed.len(),
-            1 + 2 + NONCE_LEN + DESTINATION.len() + TAG_LEN
-        );
-        assert!(!sealed
-            .windows(DESTINATION.len())
-            .any(|w| w == DESTINATION.as_bytes()));
+        assert_eq!(sealed.len(), 1 + 2 + NONCE_LEN + DESTINATION.len() + TAG_LEN);
+        assert!(!sealed.windows(DESTINATION.len()).any(|w| w == DESTINATION.as_bytes()));
         assert_eq!(Keyring::key_id_of(&sealed), Ok("k1"));
     }
 
@@ -510,12 +440,7 @@ mod tests {
     fn empty_plaintext_round_trips() {
         let ring = ring(&[("k1", 1)], "k1");
         let sealed = ring.encrypt("u-1", "push", &secret("")).unwrap();
-        assert_eq!(
-            ring.decrypt("u-1", "push", &sealed)
-                .unwrap()
-                .expose_secret(),
-            ""
-        );
+        assert_eq!(ring.decrypt("u-1", "push", &sealed).unwrap().expose_secret(), "");
     }
 
     #[test]
@@ -536,10 +461,7 @@ mod tests {
         assert_ne!(associated_data("ab", "c"), associated_data("a", "bc"));
         let ring = ring(&[("k1", 1)], "k1");
         let sealed = ring.encrypt("ab", "c", &secret(DESTINATION)).unwrap();
-        assert_eq!(
-            ring.decrypt("a", "bc", &sealed).unwrap_err(),
-            CipherError::Tampered
-        );
+        assert_eq!(ring.decrypt("a", "bc", &sealed).unwrap_err(), CipherError::Tampered);
     }
 
     #[test]
@@ -551,10 +473,7 @@ mod tests {
                 let mut bytes = sealed.clone();
                 bytes[index] ^= mask;
                 let result = ring.decrypt("u-1", "push", &bytes);
-                assert!(
-                    result.is_err(),
-                    "flip {mask:#04x} at byte {index} decrypted"
-                );
+                assert!(result.is_err(), "flip {mask:#04x} at byte {index} decrypted");
             }
         }
     }
@@ -565,10 +484,7 @@ mod tests {
         let mut sealed = ring.encrypt("u-1", "push", &secret(DESTINATION)).unwrap();
         sealed[2] = b'3';
         assert_eq!(Keyring::key_id_of(&sealed), Ok("k3"));
-        assert_eq!(
-            ring.decrypt("u-1", "push", &sealed).unwrap_err(),
-            CipherError::Tampered
-        );
+        assert_eq!(ring.decrypt("u-1", "push", &sealed).unwrap_err(), CipherError::Tampered);
     }
 
     #[test]
@@ -587,10 +503,7 @@ mod tests {
                 CipherError::Truncated,
                 "prefix of {len} bytes"
             );
-            assert_eq!(
-                Keyring::key_id_of(&sealed[..len]),
-                Err(CipherError::Truncated)
-            );
+            assert_eq!(Keyring::key_id_of(&sealed[..len]), Err(CipherError::Truncated));
         }
     }
 
@@ -605,10 +518,7 @@ mod tests {
         let mut not_utf8 = vec![2_u8, 0xc3, 0x28];
         not_utf8.extend_from_slice(&body);
         for bytes in [empty_id, bad_chars, not_utf8] {
-            assert_eq!(
-                ring.decrypt("u-1", "push", &bytes).unwrap_err(),
-                CipherError::MalformedKeyId
-            );
+            assert_eq!(ring.decrypt("u-1", "push", &bytes).unwrap_err(), CipherError::MalformedKeyId);
             assert!(ring.needs_rotation(&bytes));
         }
     }
@@ -620,9 +530,7 @@ mod tests {
         let ring = ring(&[("k1", 1)], "k1");
         assert_eq!(
             ring.decrypt("u-1", "push", &sealed).unwrap_err(),
-            CipherError::UnknownKey {
-                key_id: "k9".to_owned()
-            }
+            CipherError::UnknownKey { key_id: "k9".to_owned() }
         );
     }
 
@@ -634,10 +542,7 @@ mod tests {
 
         let v2 = ring(&[("k1", 1), ("k2", 2)], "k2");
         assert_eq!(v2.current_key_id(), "k2");
-        assert_eq!(
-            v2.decrypt("u-1", "push", &old).unwrap().expose_secret(),
-            DESTINATION
-        );
+        assert_eq!(v2.decrypt("u-1", "push", &old).unwrap().expose_secret(), DESTINATION);
         assert!(v2.needs_rotation(&old));
 
         let new = v2.encrypt("u-1", "push", &secret(DESTINATION)).unwrap();
@@ -651,21 +556,14 @@ mod tests {
         let rows = [("u-1", "push"), ("u-2", "miaotixing"), ("u-3", "sms")];
         let stored: Vec<Vec<u8>> = rows
             .iter()
-            .map(|(user, channel)| {
-                v1.encrypt(user, channel, &secret(&format!("{user}/{channel}")))
-                    .unwrap()
-            })
+            .map(|(user, channel)| v1.encrypt(user, channel, &secret(&format!("{user}/{channel}"))).unwrap())
             .collect();
 
         let v2 = ring(&[("k1", 1), ("k2", 2)], "k2");
         let rotated: Vec<Vec<u8>> = rows
             .iter()
             .zip(&stored)
-            .map(|((user, channel), bytes)| {
-                v2.rotate(user, channel, bytes)
-                    .unwrap()
-                    .expect("k1 rows are re-sealed")
-            })
+            .map(|((user, channel), bytes)| v2.rotate(user, channel, bytes).unwrap().expect("k1 rows are re-sealed"))
             .collect();
         for ((user, channel), bytes) in rows.iter().zip(&rotated) {
             assert!(!v2.needs_rotation(bytes));
@@ -674,17 +572,12 @@ mod tests {
 
         let v3 = ring(&[("k2", 2)], "k2");
         for ((user, channel), bytes) in rows.iter().zip(&rotated) {
-            assert_eq!(
-                v3.decrypt(user, channel, bytes).unwrap().expose_secret(),
-                format!("{user}/{channel}")
-            );
+            assert_eq!(v3.decrypt(user, channel, bytes).unwrap().expose_secret(), format!("{user}/{channel}"));
         }
         // A row the rotation missed is reported, not silently lost.
         assert_eq!(
             v3.decrypt("u-1", "push", &stored[0]).unwrap_err(),
-            CipherError::UnknownKey {
-                key_id: "k1".to_owned()
-            }
+            CipherError::UnknownKey { key_id: "k1".to_owned() }
         );
     }
 
@@ -696,12 +589,7 @@ mod tests {
         assert_eq!(BASE64.decode(a.expose_secret()).unwrap().len(), KEY_LEN);
         let ring = Keyring::new([("k1".to_owned(), a)], "k1").unwrap();
         let sealed = ring.encrypt("u-1", "push", &secret(DESTINATION)).unwrap();
-        assert_eq!(
-            ring.decrypt("u-1", "push", &sealed)
-                .unwrap()
-                .expose_secret(),
-            DESTINATION
-        );
+        assert_eq!(ring.decrypt("u-1", "push", &sealed).unwrap().expose_secret(), DESTINATION);
     }
 
     #[test]
@@ -718,58 +606,25 @@ mod tests {
         let short = SecretString::from(BASE64.encode([7_u8; 16]));
         let long_id = "k".repeat(256);
         let cases = [
-            (
-                build_err(vec![("k1", secret("not base64!"))], "k1"),
-                KeyringError::NotBase64 {
-                    key_id: "k1".to_owned(),
-                },
-            ),
-            (
-                build_err(vec![("k1", short)], "k1"),
-                KeyringError::WrongLength {
-                    key_id: "k1".to_owned(),
-                    len: 16,
-                },
-            ),
-            (
-                build_err(vec![("k1", key(1))], "k2"),
-                KeyringError::CurrentNotLoaded {
-                    key_id: "k2".to_owned(),
-                },
-            ),
-            (
-                build_err(vec![], "k1"),
-                KeyringError::CurrentNotLoaded {
-                    key_id: "k1".to_owned(),
-                },
-            ),
+            (build_err(vec![("k1", secret("not base64!"))], "k1"), KeyringError::NotBase64 { key_id: "k1".to_owned() }),
+            (build_err(vec![("k1", short)], "k1"), KeyringError::WrongLength { key_id: "k1".to_owned(), len: 16 }),
+            (build_err(vec![("k1", key(1))], "k2"), KeyringError::CurrentNotLoaded { key_id: "k2".to_owned() }),
+            (build_err(vec![], "k1"), KeyringError::CurrentNotLoaded { key_id: "k1".to_owned() }),
             (build_err(vec![("", key(1))], ""), KeyringError::EmptyKeyId),
             (
                 build_err(vec![(long_id.as_str(), key(1))], "k1"),
-                KeyringError::KeyIdTooLong {
-                    key_id: long_id.clone(),
-                    len: 256,
-                },
+                KeyringError::KeyIdTooLong { key_id: long_id.clone(), len: 256 },
             ),
-            (
-                build_err(vec![("k 1", key(1))], "k 1"),
-                KeyringError::InvalidKeyId {
-                    key_id: "k 1".to_owned(),
-                },
-            ),
+            (build_err(vec![("k 1", key(1))], "k 1"), KeyringError::InvalidKeyId { key_id: "k 1".to_owned() }),
             (
                 build_err(vec![("k1", key(1)), ("k1", key(2))], "k1"),
-                KeyringError::DuplicateKeyId {
-                    key_id: "k1".to_owned(),
-                },
+                KeyringError::DuplicateKeyId { key_id: "k1".to_owned() },
             ),
         ];
         for (got, want) in cases {
             assert_eq!(got, want);
         }
-        assert!(build_err(vec![("k1", secret("not base64!"))], "k1")
-            .to_string()
-            .contains("\"k1\""));
+        assert!(build_err(vec![("k1", secret("not base64!"))], "k1").to_string().contains("\"k1\""));
         // 255 bytes is the limit, and it is allowed.
         let max_id = "k".repeat(MAX_KEY_ID_LEN);
         let ring = Keyring::new([(max_id.clone(), key(1))], &max_id).unwrap();
@@ -792,9 +647,7 @@ mod tests {
             ring.decrypt("u-2", "push", &sealed).unwrap_err(),
             ring.decrypt("u-1", "push", &tampered).unwrap_err(),
             ring.decrypt("u-1", "push", &sealed[..5]).unwrap_err(),
-            CipherError::UnknownKey {
-                key_id: "k9".to_owned(),
-            },
+            CipherError::UnknownKey { key_id: "k9".to_owned() },
         ];
         // A bad key that is almost valid base64: the message must not quote it.
         let bad_key = format!("{}$", &key_b64[..key_b64.len() - 1]);
