@@ -174,6 +174,7 @@ impl Worker {
         let report = report_for(task.task_id, &transition);
         let record = FinishRecord {
             task_id: task.task_id,
+            user_id: task.user_id.clone(),
             token: task.token,
             observation: classified.observation,
             detail: classified.detail,

@@ -124,6 +124,7 @@ pub struct ClaimBatch {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FinishRecord {
     pub task_id: TaskId,
+    pub user_id: UserId,
     pub token: AttemptToken,
     pub observation: Observation,
     /// A short, secret-free explanation.

@@ -1,0 +1,62 @@
+//! The unsafe variants the negative controls run (SPEC §10 NC1, NC3). Never used by Herald itself:
+//! they exist to show, in tests, the damage the real statements prevent.
+
+use herald_ports::store::{ClaimBatch, ClaimRequest, FinishRecord, StoreError};
+use sqlx::postgres::PgRow;
+
+use crate::convert::{opt_to_db, store_error, to_db};
+use crate::store::{channel_names, claim_row, PgStore, CLAIM_QUERY};
+
+/// NC1, first half: reads runnable tasks **without locking them** (no `FOR UPDATE … SKIP LOCKED`).
+///
+/// # Errors
+/// Store failures.
+pub async fn select_without_lock(store: &PgStore, request: &ClaimRequest) -> Result<Vec<PgRow>, StoreError> {
+    let query = CLAIM_QUERY.replace("FOR UPDATE OF t SKIP LOCKED", "");
+    sqlx::query(&query)
+        .bind(to_db(request.now))
+        .bind(channel_names(&request.channels))
+        .bind(i64::from(request.limit))
+        .fetch_all(store.pool())
+        .await
+        .map_err(store_error)
+}
+
+/// NC1, second half: claims the rows read earlier by updating them by id, as if still runnable.
+///
+/// # Errors
+/// Store failures.
+pub async fn claim_selected(store: &PgStore, request: &ClaimRequest, rows: &[PgRow]) -> Result<ClaimBatch, StoreError> {
+    let mut tx = store.pool().begin().await.map_err(store_error)?;
+    let mut batch = ClaimBatch::default();
+    for row in rows {
+        claim_row(&mut tx, row, request, &mut batch).await?;
+    }
+    tx.commit().await.map_err(store_error)?;
+    Ok(batch)
+}
+
+/// NC3: finishes **by id only**, without the state and token condition, so a superseded holder's
+/// late observation overwrites whatever the task says now.
+///
+/// # Errors
+/// Store failures.
+pub async fn finish_by_id_only(store: &PgStore, record: &FinishRecord) -> Result<(), StoreError> {
+    let t = &record.transition;
+    sqlx::query(
+        "UPDATE delivery_task SET state = $3, outcome_uncertain = $4, needs_review = $5, next_attempt_at = $6, \
+         attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = $7 \
+         WHERE user_id = $1 AND id = $2",
+    )
+    .bind(record.user_id.as_str())
+    .bind(record.task_id.0)
+    .bind(t.state.as_str())
+    .bind(t.outcome_uncertain)
+    .bind(t.needs_review)
+    .bind(opt_to_db(t.next_attempt_at))
+    .bind(to_db(record.now))
+    .execute(store.pool())
+    .await
+    .map_err(store_error)?;
+    Ok(())
+}

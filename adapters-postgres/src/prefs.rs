@@ -1,0 +1,138 @@
+//! The preference store: switches and encrypted destinations.
+
+use async_trait::async_trait;
+use herald_domain::{ChannelName, UserId};
+use herald_ports::prefs::{ChannelPref, PreferenceStore, StoredDestination};
+use herald_ports::StoreError;
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use crate::convert::store_error;
+use crate::store::PgStore;
+
+fn pref(row: &PgRow) -> Result<ChannelPref, StoreError> {
+    let e = store_error;
+    Ok(ChannelPref {
+        user_id: UserId(row.try_get("user_id").map_err(e)?),
+        channel: ChannelName(row.try_get("channel").map_err(e)?),
+        enabled: row.try_get("enabled").map_err(e)?,
+        has_destination: row.try_get("has_destination").map_err(e)?,
+        verified: row.try_get("verified").map_err(e)?,
+        version: row.try_get("version").map_err(e)?,
+    })
+}
+
+const PREF_COLUMNS: &str =
+    "user_id, channel, enabled, destination IS NOT NULL AS has_destination, verified_at IS NOT NULL AS verified, version";
+
+#[async_trait]
+impl PreferenceStore for PgStore {
+    async fn put(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        enabled: bool,
+        destination: Option<Vec<u8>>,
+    ) -> Result<ChannelPref, StoreError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO channel_pref AS p (user_id, channel, enabled, destination) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (user_id, channel) DO UPDATE SET enabled = EXCLUDED.enabled, \
+               destination = COALESCE(EXCLUDED.destination, p.destination), \
+               verified_at = CASE WHEN EXCLUDED.destination IS NULL OR EXCLUDED.destination = p.destination \
+                             THEN p.verified_at END, \
+               version = p.version + 1, updated_at = now() \
+             RETURNING {PREF_COLUMNS}"
+        ))
+        .bind(user.as_str())
+        .bind(channel.as_str())
+        .bind(enabled)
+        .bind(destination)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(store_error)?;
+        pref(&row)
+    }
+
+    async fn get(&self, user: &UserId, channel: &ChannelName) -> Result<Option<ChannelPref>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {PREF_COLUMNS} FROM channel_pref WHERE user_id = $1 AND channel = $2"))
+            .bind(user.as_str())
+            .bind(channel.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        row.as_ref().map(pref).transpose()
+    }
+
+    async fn destination(&self, user: &UserId, channel: &ChannelName) -> Result<Option<Vec<u8>>, StoreError> {
+        let value: Option<Option<Vec<u8>>> =
+            sqlx::query_scalar("SELECT destination FROM channel_pref WHERE user_id = $1 AND channel = $2")
+                .bind(user.as_str())
+                .bind(channel.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
+        Ok(value.flatten())
+    }
+
+    async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE channel_pref SET verified_at = now(), version = version + 1, updated_at = now() \
+             WHERE user_id = $1 AND channel = $2 AND destination IS NOT NULL",
+        )
+        .bind(user.as_str())
+        .bind(channel.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn destinations_after(
+        &self,
+        after: Option<(UserId, ChannelName)>,
+        limit: u32,
+    ) -> Result<Vec<StoredDestination>, StoreError> {
+        let (user, channel) = after.map_or((None, None), |(u, c)| (Some(u.0), Some(c.0)));
+        let rows = sqlx::query(
+            "SELECT user_id, channel, destination FROM channel_pref \
+             WHERE destination IS NOT NULL AND ($1::text IS NULL OR (user_id, channel) > ($1, $2)) \
+             ORDER BY user_id, channel LIMIT $3",
+        )
+        .bind(user)
+        .bind(channel)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(store_error)?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredDestination {
+                    user_id: UserId(row.try_get("user_id").map_err(store_error)?),
+                    channel: ChannelName(row.try_get("channel").map_err(store_error)?),
+                    ciphertext: row.try_get("destination").map_err(store_error)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn replace_destination(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<bool, StoreError> {
+        // Rotation re-encrypts the same plaintext: the version is not bumped and verification is kept.
+        let done = sqlx::query(
+            "UPDATE channel_pref SET destination = $4 WHERE user_id = $1 AND channel = $2 AND destination = $3",
+        )
+        .bind(user.as_str())
+        .bind(channel.as_str())
+        .bind(old)
+        .bind(new)
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+}

@@ -1,0 +1,576 @@
+//! Creating notifications, claiming and finishing tasks, and the human exit.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use herald_domain::claim::{decide_claim, ClaimContext, ClaimDecision};
+use herald_domain::egress::{decide_egress, deferral, EgressDecision};
+use herald_domain::finish::FinishContext;
+use herald_domain::resolve::{resolve_manually, FinalState};
+use herald_domain::{
+    Action, AttemptToken, ChannelName, ChannelRules, Millis, NotificationId, Outcome, TaskId, TaskSnapshot, TaskState,
+    Timestamp, Transition, UserId,
+};
+use herald_ports::store::{
+    ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, FinishRecord, FinishResult, InboxItem,
+    NewNotification, NotificationStore, NotificationView, ResolveError, Resolved, Settled, StoreError, TaskSummary,
+    TaskView,
+};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{PgConnection, PgPool, Row};
+use uuid::Uuid;
+
+use crate::clock::PgClock;
+use crate::convert::{count_i32, count_u32, from_db, opt_from_db, opt_to_db, parse_code, store_error, to_db};
+
+/// The PostgreSQL store. Cheap to clone: it is a connection pool.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pub(crate) pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects a pool of at most `max_connections`.
+    ///
+    /// # Errors
+    /// `Unavailable` when the server cannot be reached; `Unknown` for a malformed URL.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
+        let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| StoreError::Unknown(e.into()))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(store_error)?;
+        Ok(PgStore { pool })
+    }
+
+    #[must_use]
+    pub fn from_pool(pool: PgPool) -> PgStore {
+        PgStore { pool }
+    }
+
+    #[must_use]
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies the embedded migrations.
+    ///
+    /// # Errors
+    /// When a migration fails or the database is unreachable.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        crate::MIGRATOR.run(&self.pool).await.map_err(|e| StoreError::Unknown(e.into()))
+    }
+
+    /// The database's clock, shared by every worker.
+    #[must_use]
+    pub fn clock(&self) -> PgClock {
+        PgClock::new(self.pool.clone())
+    }
+
+    /// True when the database answers.
+    pub async fn ping(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    /// True when every embedded migration has been applied.
+    pub async fn is_migrated(&self) -> bool {
+        let applied: Result<Vec<i64>, _> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(&self.pool).await;
+        applied.is_ok_and(|versions| crate::MIGRATOR.iter().all(|m| versions.contains(&m.version)))
+    }
+}
+
+/// The columns of a task row that decisions read, in one place for every query that loads them.
+pub(crate) const TASK_DECISION_COLUMNS: &str = "t.id, t.user_id, t.notification_id, t.channel, t.state, \
+     t.attempt_token, t.lease_until, t.outcome_uncertain, t.uncertain_since, t.needs_review, t.next_attempt_at, \
+     t.attempt_count, t.max_attempts, t.last_attempt_no, t.digest_count";
+
+pub(crate) struct TaskRow {
+    pub id: TaskId,
+    pub user_id: UserId,
+    pub notification_id: NotificationId,
+    pub channel: ChannelName,
+    pub token: Option<Uuid>,
+    pub snapshot: TaskSnapshot,
+    pub budget: u32,
+    pub last_attempt_no: i32,
+    pub digest_count: Option<u32>,
+}
+
+impl TaskRow {
+    pub(crate) fn from_row(row: &PgRow) -> Result<TaskRow, StoreError> {
+        let state: String = row.try_get("state").map_err(store_error)?;
+        let get = |e: sqlx::Error| store_error(e);
+        Ok(TaskRow {
+            id: TaskId(row.try_get("id").map_err(get)?),
+            user_id: UserId(row.try_get("user_id").map_err(get)?),
+            notification_id: NotificationId(row.try_get("notification_id").map_err(get)?),
+            channel: ChannelName(row.try_get("channel").map_err(get)?),
+            token: row.try_get("attempt_token").map_err(get)?,
+            snapshot: TaskSnapshot {
+                state: parse_code(&state)?,
+                outcome_uncertain: row.try_get("outcome_uncertain").map_err(get)?,
+                needs_review: row.try_get("needs_review").map_err(get)?,
+                next_attempt_at: opt_from_db(row.try_get("next_attempt_at").map_err(get)?),
+                lease_until: opt_from_db(row.try_get("lease_until").map_err(get)?),
+                attempt_count: count_u32(row.try_get("attempt_count").map_err(get)?),
+                uncertain_since: opt_from_db(row.try_get("uncertain_since").map_err(get)?),
+            },
+            budget: count_u32(row.try_get("max_attempts").map_err(get)?),
+            last_attempt_no: row.try_get("last_attempt_no").map_err(get)?,
+            digest_count: row.try_get::<Option<i32>, _>("digest_count").map_err(get)?.map(count_u32),
+        })
+    }
+}
+
+/// Stores a transition that ends or pauses the current holding (no lease, no token).
+pub(crate) async fn store_transition(
+    conn: &mut PgConnection,
+    task: &TaskRow,
+    t: &Transition,
+    detail: Option<&str>,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE delivery_task SET state = $3, outcome_uncertain = $4, needs_review = $5, next_attempt_at = $6, \
+         uncertain_since = $7, provider_msg_id = COALESCE($8, provider_msg_id), last_error = $9, \
+         attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = $10 \
+         WHERE user_id = $1 AND id = $2",
+    )
+    .bind(task.user_id.as_str())
+    .bind(task.id.0)
+    .bind(t.state.as_str())
+    .bind(t.outcome_uncertain)
+    .bind(t.needs_review)
+    .bind(opt_to_db(t.next_attempt_at))
+    .bind(opt_to_db(t.uncertain_since))
+    .bind(t.provider_msg_id.as_deref())
+    .bind(detail.or(t.reason))
+    .bind(to_db(now))
+    .execute(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    Ok(())
+}
+
+/// Writes an attempt row that calls no channel (claim-time decision or manual resolution).
+pub(crate) async fn record_decision(
+    conn: &mut PgConnection,
+    task: &TaskRow,
+    attempt_no: i32,
+    outcome: Outcome,
+    note: Option<&str>,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "WITH bump AS (UPDATE delivery_task SET last_attempt_no = $3 WHERE user_id = $1 AND id = $2) \
+         INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, outcome, note, started_at, finished_at) \
+         VALUES ($1, $2, $3, gen_random_uuid(), $4, $5, $6, $6)",
+    )
+    .bind(task.user_id.as_str())
+    .bind(task.id.0)
+    .bind(attempt_no)
+    .bind(outcome.as_str())
+    .bind(note)
+    .bind(to_db(now))
+    .execute(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    Ok(())
+}
+
+/// Marks the superseded holder's unfinished attempt `LEASE_EXPIRED`.
+async fn expire_holder(conn: &mut PgConnection, task: &TaskRow, now: Timestamp) -> Result<u32, StoreError> {
+    let Some(token) = task.token else { return Ok(0) };
+    let done = sqlx::query(
+        "UPDATE delivery_attempt SET outcome = 'LEASE_EXPIRED', finished_at = $3 \
+         WHERE user_id = $1 AND attempt_token = $2 AND outcome IS NULL",
+    )
+    .bind(task.user_id.as_str())
+    .bind(token)
+    .bind(to_db(now))
+    .execute(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    Ok(u32::try_from(done.rows_affected()).unwrap_or(0))
+}
+
+/// Locks the channel's egress row and decides whether a call may leave at `now`; records the call when
+/// it may. Channels without an interval skip the lock entirely.
+async fn egress(
+    conn: &mut PgConnection,
+    channel: &ChannelName,
+    rules: &ChannelRules,
+    now: Timestamp,
+) -> Result<EgressDecision, StoreError> {
+    if rules.min_interval == Millis::ZERO {
+        return Ok(EgressDecision::Go);
+    }
+    sqlx::query("INSERT INTO channel_egress (channel) VALUES ($1) ON CONFLICT (channel) DO NOTHING")
+        .bind(channel.as_str())
+        .execute(&mut *conn)
+        .await
+        .map_err(store_error)?;
+    let last: Option<DateTime<Utc>> =
+        sqlx::query_scalar("SELECT last_call_at FROM channel_egress WHERE channel = $1 FOR UPDATE")
+            .bind(channel.as_str())
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(store_error)?;
+    let decision = decide_egress(opt_from_db(last), rules.min_interval, now);
+    if decision == EgressDecision::Go {
+        sqlx::query("UPDATE channel_egress SET last_call_at = $2 WHERE channel = $1")
+            .bind(channel.as_str())
+            .bind(to_db(now))
+            .execute(&mut *conn)
+            .await
+            .map_err(store_error)?;
+    }
+    Ok(decision)
+}
+
+/// The claim query (SPEC §4). `next_attempt_at` doubles as the lease end while SENDING, so one partial
+/// index serves both halves of the runnable predicate; the domain re-checks each row.
+pub(crate) const CLAIM_QUERY: &str = "SELECT t.id, t.user_id, t.notification_id, t.channel, t.state, \
+     t.attempt_token, t.lease_until, t.outcome_uncertain, t.uncertain_since, t.needs_review, t.next_attempt_at, \
+     t.attempt_count, t.max_attempts, t.last_attempt_no, t.digest_count, \
+     n.body, n.expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination, a.started_at AS holder_started_at \
+     FROM delivery_task t \
+     JOIN notification n ON n.user_id = t.user_id AND n.id = t.notification_id \
+     LEFT JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel \
+     LEFT JOIN delivery_attempt a ON a.user_id = t.user_id AND a.attempt_token = t.attempt_token \
+     WHERE t.next_attempt_at <= $1 AND t.channel = ANY($2) \
+       AND (t.state <> 'SENDING' OR t.lease_until < $1) \
+     ORDER BY t.next_attempt_at \
+     LIMIT $3 \
+     FOR UPDATE OF t SKIP LOCKED";
+
+/// Decides and stores one locked row. Shared with the negative-control claim, which differs only in how
+/// it finds and locks rows.
+pub(crate) async fn claim_row(
+    conn: &mut PgConnection,
+    row: &PgRow,
+    request: &ClaimRequest,
+    batch: &mut ClaimBatch,
+) -> Result<(), StoreError> {
+    let task = TaskRow::from_row(row)?;
+    let Some(rules) = request.channels.get(&task.channel) else { return Ok(()) };
+    let now = request.now;
+    let ctx = ClaimContext {
+        task: task.snapshot.clone(),
+        holder_started_at: opt_from_db(row.try_get("holder_started_at").map_err(store_error)?),
+        budget: task.budget,
+        pref_enabled: row.try_get("pref_enabled").map_err(store_error)?,
+        expires_at: from_db(row.try_get("expires_at").map_err(store_error)?),
+        capability: rules.contract.capability,
+        policy: rules.policy,
+    };
+    match decide_claim(&ctx, now) {
+        ClaimDecision::Skip => {}
+        ClaimDecision::Settle { superseded, record, transition } => {
+            if superseded {
+                batch.lease_expired += expire_holder(conn, &task, now).await?;
+            }
+            let mut attempt_no = task.last_attempt_no;
+            if let Some(outcome) = record {
+                attempt_no += 1;
+                record_decision(conn, &task, attempt_no, outcome, None, now).await?;
+            }
+            store_transition(conn, &task, &transition, None, now).await?;
+            batch.settled.push(Settled {
+                task_id: task.id,
+                channel: task.channel.clone(),
+                outcome: record,
+                state: transition.state,
+                parked: transition.is_parked(),
+            });
+        }
+        ClaimDecision::Call { action, uncertain, superseded, uncertain_since } => {
+            if superseded {
+                batch.lease_expired += expire_holder(conn, &task, now).await?;
+            }
+            if let EgressDecision::DeferUntil(until) = egress(conn, &task.channel, rules, now).await? {
+                let transition = deferral(&task.snapshot, uncertain, uncertain_since, until);
+                store_transition(conn, &task, &transition, None, now).await?;
+                batch.deferred.push(task.id);
+                return Ok(());
+            }
+            let lease_until = now + request.lease;
+            let attempt_no = task.last_attempt_no + 1;
+            let attempts_used = task.snapshot.attempt_count + 1;
+            let token: Uuid = sqlx::query_scalar(
+                "UPDATE delivery_task SET state = 'SENDING', attempt_token = gen_random_uuid(), lease_owner = $3, \
+                 lease_until = $4, next_attempt_at = $4, attempt_count = $5, last_attempt_no = $6, \
+                 outcome_uncertain = $7, uncertain_since = $8, needs_review = false, updated_at = $9 \
+                 WHERE user_id = $1 AND id = $2 RETURNING attempt_token",
+            )
+            .bind(task.user_id.as_str())
+            .bind(task.id.0)
+            .bind(&request.worker)
+            .bind(to_db(lease_until))
+            .bind(count_i32(attempts_used))
+            .bind(attempt_no)
+            .bind(uncertain)
+            .bind(opt_to_db(uncertain_since))
+            .bind(to_db(now))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(store_error)?;
+            sqlx::query(
+                "INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, action, lease_owner, started_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(task.user_id.as_str())
+            .bind(task.id.0)
+            .bind(attempt_no)
+            .bind(token)
+            .bind(action.as_str())
+            .bind(&request.worker)
+            .bind(to_db(now))
+            .execute(&mut *conn)
+            .await
+            .map_err(store_error)?;
+            batch.claimed.push(ClaimedTask {
+                task_id: task.id,
+                notification_id: task.notification_id,
+                user_id: task.user_id.clone(),
+                channel: task.channel.clone(),
+                token: AttemptToken(token),
+                attempt_no,
+                action,
+                finish: FinishContext {
+                    action,
+                    prior_uncertain: uncertain,
+                    uncertain_since,
+                    attempt_started_at: now,
+                    attempts_used,
+                    budget: task.budget,
+                    capability: rules.contract.capability,
+                    retry: rules.retry,
+                },
+                body: row.try_get("body").map_err(store_error)?,
+                expires_at: ctx.expires_at,
+                destination: row.try_get("destination").map_err(store_error)?,
+                digest_count: task.digest_count,
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn channel_names(table: &ChannelTable) -> Vec<String> {
+    table.names().map(|n| n.as_str().to_owned()).collect()
+}
+
+/// The fenced finish statement (SPEC §5): the task changes only while this attempt holds it; either way
+/// the observation lands on the attempt row — as its outcome, or as its late outcome when superseded.
+const FINISH_QUERY: &str = "WITH held AS ( \
+       UPDATE delivery_task SET state = $4, outcome_uncertain = $5, needs_review = $6, next_attempt_at = $7, \
+         uncertain_since = $8, provider_msg_id = COALESCE($9, provider_msg_id), last_error = $10, \
+         attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = $11 \
+       WHERE user_id = $1 AND id = $2 AND state = 'SENDING' AND attempt_token = $3 \
+       RETURNING id) \
+     UPDATE delivery_attempt SET \
+       outcome = CASE WHEN EXISTS (SELECT 1 FROM held) THEN $12 ELSE outcome END, \
+       detail = CASE WHEN EXISTS (SELECT 1 FROM held) THEN $13 ELSE detail END, \
+       finished_at = CASE WHEN EXISTS (SELECT 1 FROM held) THEN $11 ELSE finished_at END, \
+       late_outcome = CASE WHEN EXISTS (SELECT 1 FROM held) THEN late_outcome ELSE $12 END, \
+       late_detail = CASE WHEN EXISTS (SELECT 1 FROM held) THEN late_detail ELSE $13 END, \
+       late_at = CASE WHEN EXISTS (SELECT 1 FROM held) THEN late_at ELSE $11 END \
+     WHERE user_id = $1 AND attempt_token = $3 \
+     RETURNING EXISTS (SELECT 1 FROM held)";
+
+#[async_trait]
+impl NotificationStore for PgStore {
+    #[tracing::instrument(skip_all, fields(user_id = %new.user_id))]
+    async fn create(
+        &self,
+        new: &NewNotification,
+        channels: &ChannelTable,
+        now: Timestamp,
+    ) -> Result<Created, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(store_error)?;
+        let inserted: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id",
+        )
+        .bind(new.user_id.as_str())
+        .bind(new.event_key.as_str())
+        .bind(&new.body)
+        .bind(new.thread_key.as_ref().map(|k| k.as_str()))
+        .bind(new.max_attempts.map(count_i32))
+        .bind(to_db(now))
+        .bind(to_db(now + new.ttl))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(store_error)?;
+
+        let Some(id) = inserted else {
+            // A duplicate: nothing to write. Under READ COMMITTED the conflicting insert waited for the
+            // other transaction, and this new statement sees its committed row.
+            tx.rollback().await.map_err(store_error)?;
+            let id: i64 = sqlx::query_scalar("SELECT id FROM notification WHERE user_id = $1 AND event_key = $2")
+                .bind(new.user_id.as_str())
+                .bind(new.event_key.as_str())
+                .fetch_one(&self.pool)
+                .await
+                .map_err(store_error)?;
+            let tasks = task_summaries(&self.pool, &new.user_id, NotificationId(id)).await?;
+            return Ok(Created { notification_id: NotificationId(id), created: false, tasks });
+        };
+
+        sqlx::query("INSERT INTO inbox_item (user_id, notification_id, created_at) VALUES ($1, $2, $3)")
+            .bind(new.user_id.as_str())
+            .bind(id)
+            .bind(to_db(now))
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
+
+        let enabled: Vec<String> =
+            sqlx::query_scalar("SELECT channel FROM channel_pref WHERE user_id = $1 AND enabled AND channel = ANY($2)")
+                .bind(new.user_id.as_str())
+                .bind(channel_names(channels))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(store_error)?;
+
+        let mut tasks = Vec::new();
+        for (channel, rules) in channels.0.iter().filter(|(name, _)| enabled.iter().any(|e| e == name.as_str())) {
+            let budget = new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1);
+            if let Some(summary) =
+                crate::views::create_task(&mut tx, new, NotificationId(id), channel, rules, budget, now).await?
+            {
+                tasks.push(summary);
+            }
+        }
+        tx.commit().await.map_err(store_error)?;
+        Ok(Created { notification_id: NotificationId(id), created: true, tasks })
+    }
+
+    #[tracing::instrument(skip_all, fields(worker = %request.worker))]
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(store_error)?;
+        let rows = sqlx::query(CLAIM_QUERY)
+            .bind(to_db(request.now))
+            .bind(channel_names(&request.channels))
+            .bind(i64::from(request.limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        let mut batch = ClaimBatch::default();
+        for row in &rows {
+            claim_row(&mut tx, row, request, &mut batch).await?;
+        }
+        tx.commit().await.map_err(store_error)?;
+        Ok(batch)
+    }
+
+    #[tracing::instrument(skip_all, fields(task_id = %record.task_id))]
+    async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError> {
+        let t = &record.transition;
+        let held: Option<bool> = sqlx::query_scalar(FINISH_QUERY)
+            .bind(record.user_id.as_str())
+            .bind(record.task_id.0)
+            .bind(record.token.0)
+            .bind(t.state.as_str())
+            .bind(t.outcome_uncertain)
+            .bind(t.needs_review)
+            .bind(opt_to_db(t.next_attempt_at))
+            .bind(opt_to_db(t.uncertain_since))
+            .bind(t.provider_msg_id.as_deref())
+            .bind(last_error(record))
+            .bind(to_db(record.now))
+            .bind(record.observation.outcome().as_str())
+            .bind(&record.detail)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        match held {
+            Some(true) => Ok(FinishResult::Applied),
+            Some(false) => Ok(FinishResult::Stale),
+            None => Err(StoreError::Unknown(anyhow::anyhow!("no attempt row for the finishing token"))),
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(task_id = %task))]
+    async fn resolve_manually(
+        &self,
+        task: TaskId,
+        final_state: FinalState,
+        note: &str,
+        now: Timestamp,
+    ) -> Result<Resolved, ResolveError> {
+        let mut tx = self.pool.begin().await.map_err(store_error)?;
+        let row =
+            sqlx::query(&format!("SELECT {TASK_DECISION_COLUMNS} FROM delivery_task t WHERE t.id = $1 FOR UPDATE"))
+                .bind(task.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(store_error)?
+                .ok_or(ResolveError::NotFound)?;
+        let row = TaskRow::from_row(&row)?;
+        let transition = resolve_manually(&row.snapshot, final_state)
+            .map_err(|refused| ResolveError::NotParked { state: refused.state })?;
+        record_decision(&mut tx, &row, row.last_attempt_no + 1, final_state.outcome(), Some(note), now).await?;
+        store_transition(&mut tx, &row, &transition, Some(&format!("resolved by a human: {note}")), now).await?;
+        tx.commit().await.map_err(store_error)?;
+        Ok(Resolved { task_id: task, state: transition.state })
+    }
+
+    async fn notification(&self, id: NotificationId) -> Result<Option<NotificationView>, StoreError> {
+        crate::views::notification(&self.pool, id).await
+    }
+
+    async fn parked(&self, limit: u32) -> Result<Vec<TaskView>, StoreError> {
+        crate::views::parked(&self.pool, limit).await
+    }
+
+    async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError> {
+        crate::views::inbox(&self.pool, user, limit).await
+    }
+}
+
+/// `last_error` after a finish: the detail of what went wrong, or nothing once sent.
+fn last_error(record: &FinishRecord) -> Option<String> {
+    match record.transition.state {
+        TaskState::Sent => None,
+        _ => Some(match record.transition.reason {
+            Some(reason) => format!("{}: {reason}", record.detail),
+            None => record.detail.clone(),
+        }),
+    }
+}
+
+pub(crate) async fn task_summaries(
+    pool: &PgPool,
+    user: &UserId,
+    notification: NotificationId,
+) -> Result<Vec<TaskSummary>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT id, channel, state FROM delivery_task WHERE user_id = $1 AND notification_id = $2 ORDER BY id",
+    )
+    .bind(user.as_str())
+    .bind(notification.0)
+    .fetch_all(pool)
+    .await
+    .map_err(store_error)?;
+    rows.iter()
+        .map(|row| {
+            let state: String = row.try_get("state").map_err(store_error)?;
+            Ok(TaskSummary {
+                task_id: TaskId(row.try_get("id").map_err(store_error)?),
+                channel: ChannelName(row.try_get("channel").map_err(store_error)?),
+                state: parse_code(&state)?,
+            })
+        })
+        .collect()
+}
+
+/// Parses a stored action code.
+pub(crate) fn parse_action(value: Option<String>) -> Result<Option<Action>, StoreError> {
+    value.map(|v| parse_code::<Action>(&v)).transpose()
+}
