@@ -385,6 +385,41 @@ fn decode_key(key_id: &str, key: &SecretString) -> Result<Aes256Gcm, KeyringErro
         .map_err(|_| KeyringError::WrongLength { key_id: key_id.to_owned(), len: bytes.len() })
 }
 
+/// The port the application uses (SPEC §8). The row identity `(user, channel)` is the associated data.
+/// The port's errors are coarser: the application only needs to tell a missing key (an operator must
+/// load it) from damaged bytes.
+impl herald_ports::DestinationCipher for Keyring {
+    fn encrypt(
+        &self,
+        user: &herald_domain::UserId,
+        channel: &herald_domain::ChannelName,
+        plaintext: &SecretString,
+    ) -> Result<Vec<u8>, herald_ports::CipherError> {
+        Keyring::encrypt(self, user.as_str(), channel.as_str(), plaintext)
+            .map_err(|_| herald_ports::CipherError::Encrypt)
+    }
+
+    fn decrypt(
+        &self,
+        user: &herald_domain::UserId,
+        channel: &herald_domain::ChannelName,
+        stored: &[u8],
+    ) -> Result<SecretString, herald_ports::CipherError> {
+        Keyring::decrypt(self, user.as_str(), channel.as_str(), stored).map_err(|err| match err {
+            CipherError::UnknownKey { key_id } => herald_ports::CipherError::UnknownKey { key_id },
+            CipherError::Truncated
+            | CipherError::MalformedKeyId
+            | CipherError::Tampered
+            | CipherError::NotUtf8
+            | CipherError::Encrypt => herald_ports::CipherError::Invalid,
+        })
+    }
+
+    fn needs_rotation(&self, stored: &[u8]) -> bool {
+        Keyring::needs_rotation(self, stored)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

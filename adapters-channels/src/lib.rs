@@ -2,4 +2,9 @@
 
 pub mod cipher;
 pub mod config;
+pub mod http;
+pub mod registry;
 pub mod standin;
+
+pub use http::HttpChannel;
+pub use registry::HttpChannelRegistry;
