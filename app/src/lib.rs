@@ -1,4 +1,6 @@
 //! The `herald` service: worker cycles, HTTP API, configuration and command line, wired to the
 //! PostgreSQL store and the channel adapters.
 
+pub mod api;
+pub mod metrics;
 pub mod worker;

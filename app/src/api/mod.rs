@@ -1,0 +1,187 @@
+//! The HTTP API of SPEC §11, over the ports: axum handlers that validate, authenticate, call a store
+//! and answer JSON, or an RFC 9457 problem document for every error.
+//!
+//! Nothing here knows PostgreSQL or a channel's wire format; `main` wires the adapters in.
+
+pub mod auth;
+pub mod extract;
+pub mod model;
+pub mod problem;
+pub mod routes;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Request, StatusCode};
+use axum::routing::{get, post, put};
+use axum::Router;
+use herald_ports::{ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::OpenApi;
+
+pub use auth::{Authenticator, Caller};
+pub use problem::{FieldError, Problem};
+
+/// Answers whether the service can take traffic. Reasons must be free of secrets (no URLs).
+#[async_trait]
+pub trait Readiness: Send + Sync {
+    async fn check(&self) -> Result<(), String>;
+}
+
+/// Readiness judged by asking the shared clock, which in production is a database round trip.
+pub struct ClockReadiness(pub Arc<dyn Clock>);
+
+#[async_trait]
+impl Readiness for ClockReadiness {
+    async fn check(&self) -> Result<(), String> {
+        self.0.now().await.map(|_| ()).map_err(|error| error.to_string())
+    }
+}
+
+/// Everything the handlers use. Cheap to clone: every field is shared.
+#[derive(Clone)]
+pub struct ApiState {
+    pub store: Arc<dyn NotificationStore>,
+    pub prefs: Arc<dyn PreferenceStore>,
+    /// For the settings page's test send (not built yet); it goes through the same adapters as workers.
+    pub registry: Arc<dyn ChannelRegistry>,
+    pub cipher: Arc<dyn DestinationCipher>,
+    pub clock: Arc<dyn Clock>,
+    pub auth: Arc<Authenticator>,
+    /// The configured channels with their rules, in configuration order.
+    pub channels: Arc<ChannelTable>,
+    pub readiness: Arc<dyn Readiness>,
+    /// `None`: `/metrics` answers an empty document.
+    pub metrics: Option<PrometheusHandle>,
+    /// The largest request body accepted, in bytes.
+    pub body_limit: usize,
+}
+
+pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+
+async fn not_found() -> Problem {
+    Problem::not_found()
+}
+
+async fn method_not_allowed() -> Problem {
+    Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed", "method not allowed here")
+}
+
+fn panic_problem(_: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+    tracing::error!("request handler panicked");
+    axum::response::IntoResponse::into_response(Problem::internal())
+}
+
+/// The API router with request ids, tracing, the body limit and problem documents for every failure.
+pub fn router(state: ApiState) -> Router {
+    let body_limit = state.body_limit;
+    let trace = TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+        let request_id =
+            request.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok()).unwrap_or("-");
+        // The path only: no query string, no headers, so no token can reach the logs.
+        tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id)
+    });
+    Router::new()
+        .route("/v1/notifications", post(routes::submit_notification))
+        .route("/v1/notifications/{id}", get(routes::get_notification))
+        .route("/v1/events", post(routes::submit_event))
+        .route("/v1/users/{user_id}/channels/{channel}", put(routes::put_preference))
+        .route("/v1/users/{user_id}/inbox", get(routes::get_inbox))
+        .route("/v1/review", get(routes::list_review))
+        .route("/v1/tasks/{task_id}/resolve", post(routes::resolve_task))
+        .route("/healthz", get(routes::healthz))
+        .route("/readyz", get(routes::readyz))
+        .route("/metrics", get(routes::metrics))
+        .route("/openapi.json", get(routes::openapi))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(CatchPanicLayer::custom(panic_problem))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(trace)
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// Serves the router until `shutdown` resolves, then lets requests in flight finish (at most `grace`).
+///
+/// # Errors
+/// When the listener fails.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = stopped_tx.send(());
+    });
+    tokio::select! {
+        result = server => result,
+        () = async {
+            let _ = stopped_rx.await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!("requests still running after the shutdown grace period; stopping anyway");
+            Ok(())
+        }
+    }
+}
+
+struct SecurityAddon;
+
+impl utoipa::Modify for SecurityAddon {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A service token (submit), an admin token (review, resolve, any user) or a user token \
+                         `u.{user}.{mac}` (that user's preferences and inbox; `herald token user USER_ID`).",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Herald", description = "Notification delivery. SENT means accepted by the channel, never delivered."),
+    paths(
+        routes::submit_notification,
+        routes::submit_event,
+        routes::get_notification,
+        routes::put_preference,
+        routes::get_inbox,
+        routes::list_review,
+        routes::resolve_task,
+        routes::healthz,
+        routes::readyz,
+        routes::metrics,
+        routes::openapi,
+    ),
+    components(schemas(Problem, FieldError)),
+    modifiers(&SecurityAddon)
+)]
+pub struct ApiDoc;
+
+/// The OpenAPI document served at `/openapi.json`.
+#[must_use]
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}

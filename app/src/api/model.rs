@@ -1,0 +1,504 @@
+//! The wire types of the API and the validation that turns a request into domain values.
+//!
+//! Required fields are `Option` on the wire so that a missing field is reported by our validation, with
+//! every other problem of the same request, instead of serde stopping at the first one.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use herald_domain::resolve::FinalState;
+use herald_domain::{EventKey, Millis, ThreadKey, Timestamp, UserId};
+use herald_ports::{AttemptView, ChannelPref, Created, NewNotification, TaskSummary, TaskView};
+use secrecy::SecretString;
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::ToSchema;
+
+use super::problem::{FieldError, Problem};
+
+pub const MAX_USER_ID_CHARS: usize = 128;
+pub const MAX_EVENT_KEY_CHARS: usize = 256;
+pub const MAX_THREAD_KEY_CHARS: usize = 256;
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+pub const MAX_TTL_SECONDS: i64 = 30 * 24 * 3600;
+pub const MAX_ATTEMPTS: i64 = 20;
+pub const MAX_RECIPIENTS: usize = 1000;
+pub const MAX_NOTE_CHARS: usize = 2000;
+pub const MAX_DESTINATION_CHARS: usize = 1024;
+
+/// An RFC 3339 UTC timestamp with milliseconds.
+#[must_use]
+pub fn rfc3339(at: Timestamp) -> String {
+    DateTime::<Utc>::from_timestamp_millis(at.as_millis())
+        .map_or_else(|| at.as_millis().to_string(), |t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+/// Collects every field problem of one request.
+#[derive(Debug, Default)]
+pub struct Errors(Vec<FieldError>);
+
+impl Errors {
+    pub fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError::new(field, message));
+    }
+
+    /// A required, non-empty text of at most `max` characters without control characters.
+    pub fn text<'a>(&mut self, field: &str, value: Option<&'a str>, max: usize) -> Option<&'a str> {
+        let Some(value) = value else {
+            self.add(field, "is required");
+            return None;
+        };
+        self.optional_text(field, Some(value), max)
+    }
+
+    pub fn optional_text<'a>(&mut self, field: &str, value: Option<&'a str>, max: usize) -> Option<&'a str> {
+        let value = value?;
+        if value.trim().is_empty() {
+            self.add(field, "must not be empty");
+            None
+        } else if value.chars().count() > max {
+            self.add(field, format!("must be at most {max} characters"));
+            None
+        } else if value.chars().any(char::is_control) {
+            self.add(field, "must not contain control characters");
+            None
+        } else {
+            Some(value)
+        }
+    }
+
+    fn body<'a>(&mut self, value: Option<&'a str>) -> Option<&'a str> {
+        match value {
+            None => {
+                self.add("body", "is required");
+                None
+            }
+            Some(body) if body.trim().is_empty() => {
+                self.add("body", "must not be empty");
+                None
+            }
+            Some(body) if body.len() > MAX_BODY_BYTES => {
+                self.add("body", format!("must be at most {MAX_BODY_BYTES} bytes (UTF-8)"));
+                None
+            }
+            Some(body) => Some(body),
+        }
+    }
+
+    fn ttl(&mut self, value: Option<i64>) -> Option<Millis> {
+        match value {
+            None => {
+                self.add("ttl_seconds", "is required");
+                None
+            }
+            Some(ttl) if !(1..=MAX_TTL_SECONDS).contains(&ttl) => {
+                self.add("ttl_seconds", format!("must be between 1 and {MAX_TTL_SECONDS} (30 days)"));
+                None
+            }
+            Some(ttl) => Some(Millis::from_secs(ttl.unsigned_abs())),
+        }
+    }
+
+    fn max_attempts(&mut self, value: Option<i64>) -> Option<u32> {
+        let value = value?;
+        if (1..=MAX_ATTEMPTS).contains(&value) {
+            u32::try_from(value).ok()
+        } else {
+            self.add("max_attempts", format!("must be between 1 and {MAX_ATTEMPTS}"));
+            None
+        }
+    }
+
+    /// `Ok(value)` when nothing was added, else the 422 problem naming every field.
+    pub fn finish<T>(self, value: impl FnOnce() -> Option<T>) -> Result<T, Problem> {
+        if self.0.is_empty() {
+            value().ok_or_else(Problem::internal)
+        } else {
+            Err(Problem::validation(self.0))
+        }
+    }
+}
+
+/// `POST /v1/notifications`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitNotification {
+    /// The business service's id of the user, at most 128 characters.
+    #[schema(required = true, max_length = 128, example = "user-42")]
+    pub user_id: Option<String>,
+    /// The business key of the event; `(user_id, event_key)` is deduplicated. At most 256 characters.
+    #[schema(required = true, max_length = 256, example = "order-1001-shipped")]
+    pub event_key: Option<String>,
+    /// The text shown in the inbox, at most 16 KiB.
+    #[schema(required = true, example = "Your order ord-1001 has shipped")]
+    pub body: Option<String>,
+    /// Time to live; an attempt after it is not made. 1 second to 30 days.
+    #[schema(required = true, minimum = 1, maximum = 2592000, example = 3600)]
+    pub ttl_seconds: Option<i64>,
+    /// Overrides the channels' attempt budgets, 1 to 20.
+    #[schema(minimum = 1, maximum = 20)]
+    pub max_attempts: Option<i64>,
+    /// Groups notifications of one subject for digests, at most 256 characters.
+    pub thread_key: Option<String>,
+}
+
+impl SubmitNotification {
+    pub fn validate(&self) -> Result<NewNotification, Problem> {
+        let mut errors = Errors::default();
+        let user = errors.text("user_id", self.user_id.as_deref(), MAX_USER_ID_CHARS);
+        let key = errors.text("event_key", self.event_key.as_deref(), MAX_EVENT_KEY_CHARS);
+        let body = errors.body(self.body.as_deref());
+        let ttl = errors.ttl(self.ttl_seconds);
+        let max_attempts = errors.max_attempts(self.max_attempts);
+        let thread = errors.optional_text("thread_key", self.thread_key.as_deref(), MAX_THREAD_KEY_CHARS);
+        errors.finish(|| {
+            Some(NewNotification {
+                user_id: UserId::new(user?),
+                event_key: EventKey::new(key?),
+                body: body?.to_owned(),
+                ttl: ttl?,
+                max_attempts,
+                thread_key: thread.map(ThreadKey::new),
+            })
+        })
+    }
+}
+
+/// `POST /v1/events`: one notification per recipient, each deduplicated on `(recipient, event_key)`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitEvent {
+    #[schema(required = true, max_length = 256, example = "order-1001-shipped")]
+    pub event_key: Option<String>,
+    /// 1 to 1000 distinct user ids.
+    #[schema(required = true, min_items = 1, max_items = 1000)]
+    pub recipients: Option<Vec<String>>,
+    #[schema(required = true)]
+    pub body: Option<String>,
+    #[schema(required = true, minimum = 1, maximum = 2592000)]
+    pub ttl_seconds: Option<i64>,
+    #[schema(minimum = 1, maximum = 20)]
+    pub max_attempts: Option<i64>,
+    pub thread_key: Option<String>,
+}
+
+impl SubmitEvent {
+    pub fn validate(&self) -> Result<Vec<NewNotification>, Problem> {
+        let mut errors = Errors::default();
+        let key = errors.text("event_key", self.event_key.as_deref(), MAX_EVENT_KEY_CHARS);
+        let mut users = Vec::new();
+        match &self.recipients {
+            None => errors.add("recipients", "is required"),
+            Some(list) if list.is_empty() => errors.add("recipients", "must name at least one user"),
+            Some(list) if list.len() > MAX_RECIPIENTS => {
+                errors.add("recipients", format!("must name at most {MAX_RECIPIENTS} users"));
+            }
+            Some(list) => {
+                let mut seen = HashSet::new();
+                for (i, user) in list.iter().enumerate() {
+                    let field = format!("recipients[{i}]");
+                    if let Some(user) = errors.text(&field, Some(user), MAX_USER_ID_CHARS) {
+                        if seen.insert(user) {
+                            users.push(user);
+                        } else {
+                            errors.add(field, "is named twice");
+                        }
+                    }
+                }
+            }
+        }
+        let body = errors.body(self.body.as_deref());
+        let ttl = errors.ttl(self.ttl_seconds);
+        let max_attempts = errors.max_attempts(self.max_attempts);
+        let thread = errors.optional_text("thread_key", self.thread_key.as_deref(), MAX_THREAD_KEY_CHARS);
+        errors.finish(|| {
+            let (key, body, ttl) = (key?, body?, ttl?);
+            Some(
+                users
+                    .iter()
+                    .map(|user| NewNotification {
+                        user_id: UserId::new(*user),
+                        event_key: EventKey::new(key),
+                        body: body.to_owned(),
+                        ttl,
+                        max_attempts,
+                        thread_key: thread.map(ThreadKey::new),
+                    })
+                    .collect(),
+            )
+        })
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskSummaryBody {
+    pub task_id: i64,
+    pub channel: String,
+    /// `PENDING`, `SENDING`, `SENT`, `FAILED`, `SUPPRESSED` or `UNKNOWN`.
+    pub state: String,
+}
+
+impl From<&TaskSummary> for TaskSummaryBody {
+    fn from(task: &TaskSummary) -> Self {
+        TaskSummaryBody { task_id: task.task_id.0, channel: task.channel.to_string(), state: task.state.to_string() }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedBody {
+    pub notification_id: i64,
+    /// False when the `(user_id, event_key)` was submitted before; the existing tasks are returned.
+    pub created: bool,
+    /// One task per enabled channel; empty for an in-app-only notification.
+    pub tasks: Vec<TaskSummaryBody>,
+}
+
+impl From<&Created> for CreatedBody {
+    fn from(created: &Created) -> Self {
+        CreatedBody {
+            notification_id: created.notification_id.0,
+            created: created.created,
+            tasks: created.tasks.iter().map(TaskSummaryBody::from).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RecipientCreated {
+    pub user_id: String,
+    #[serde(flatten)]
+    pub notification: CreatedBody,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventCreatedBody {
+    pub event_key: String,
+    /// In the order of `recipients`.
+    pub notifications: Vec<RecipientCreated>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptBody {
+    pub attempt_no: i32,
+    /// `SEND` or `QUERY`; null for claim-time and manual rows, which call no channel.
+    pub action: Option<String>,
+    /// What this attempt observed (`ACCEPTED`, `TIMEOUT`, …); null while it is running.
+    pub outcome: Option<String>,
+    /// An observation that arrived after the attempt had been superseded.
+    pub late_outcome: Option<String>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub detail: Option<String>,
+}
+
+impl From<&AttemptView> for AttemptBody {
+    fn from(a: &AttemptView) -> Self {
+        AttemptBody {
+            attempt_no: a.attempt_no,
+            action: a.action.map(|x| x.to_string()),
+            outcome: a.outcome.map(|x| x.to_string()),
+            late_outcome: a.late_outcome.map(|x| x.to_string()),
+            started_at: rfc3339(a.started_at),
+            finished_at: a.finished_at.map(rfc3339),
+            detail: a.detail.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskBody {
+    pub task_id: i64,
+    pub channel: String,
+    pub state: String,
+    pub needs_review: bool,
+    /// An earlier attempt may have been accepted.
+    pub outcome_uncertain: bool,
+    /// `UNKNOWN`, needing review and never scheduled again: waiting for a human (SPEC §6).
+    pub parked: bool,
+    pub attempt_count: u32,
+    pub next_attempt_at: Option<String>,
+    pub provider_msg_id: Option<String>,
+    pub last_error: Option<String>,
+    pub digest_count: Option<u32>,
+    /// Oldest first.
+    pub attempts: Vec<AttemptBody>,
+}
+
+impl From<&TaskView> for TaskBody {
+    fn from(t: &TaskView) -> Self {
+        TaskBody {
+            task_id: t.task_id.0,
+            channel: t.channel.to_string(),
+            state: t.state.to_string(),
+            needs_review: t.needs_review,
+            outcome_uncertain: t.outcome_uncertain,
+            parked: t.is_parked(),
+            attempt_count: t.attempt_count,
+            next_attempt_at: t.next_attempt_at.map(rfc3339),
+            provider_msg_id: t.provider_msg_id.clone(),
+            last_error: t.last_error.clone(),
+            digest_count: t.digest_count,
+            attempts: t.attempts.iter().map(AttemptBody::from).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NotificationBody {
+    pub notification_id: i64,
+    pub user_id: String,
+    pub event_key: String,
+    pub thread_key: Option<String>,
+    pub created_at: String,
+    pub expires_at: String,
+    pub tasks: Vec<TaskBody>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReviewTaskBody {
+    pub notification_id: i64,
+    pub user_id: String,
+    #[serde(flatten)]
+    pub task: TaskBody,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReviewBody {
+    /// Parked tasks, oldest first.
+    pub tasks: Vec<ReviewTaskBody>,
+}
+
+/// A channel destination as sent by the client; held as a secret from the moment it is decoded.
+pub struct Destination(pub SecretString);
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Destination([redacted])")
+    }
+}
+
+impl<'de> Deserialize<'de> for Destination {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(|s| Destination(SecretString::from(s)))
+    }
+}
+
+/// `PUT /v1/users/{user_id}/channels/{channel}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutPreference {
+    /// The address or channel code. Stored only encrypted and never returned. Absent: keep the stored one.
+    #[schema(value_type = Option<String>, max_length = 1024)]
+    pub destination: Option<Destination>,
+    #[schema(required = true)]
+    pub enabled: Option<bool>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PreferenceBody {
+    pub user_id: String,
+    pub channel: String,
+    pub enabled: bool,
+    /// Whether a destination is stored; the destination itself is never returned.
+    pub has_destination: bool,
+    pub verified: bool,
+    pub version: i64,
+}
+
+impl From<&ChannelPref> for PreferenceBody {
+    fn from(p: &ChannelPref) -> Self {
+        PreferenceBody {
+            user_id: p.user_id.to_string(),
+            channel: p.channel.to_string(),
+            enabled: p.enabled,
+            has_destination: p.has_destination,
+            verified: p.verified,
+            version: p.version,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InboxChannelBody {
+    pub channel: String,
+    pub state: String,
+    /// In words: "accepted by channel" (never "delivered"), "not sent: channel off", "failed", "expired",
+    /// "outcome unknown — under review", "sending", "waiting to retry", "merged into a digest".
+    pub status_text: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InboxItemBody {
+    pub notification_id: i64,
+    pub body: String,
+    pub created_at: String,
+    pub read_at: Option<String>,
+    /// "in-app only" when no channel was enabled; null otherwise.
+    pub status_text: Option<String>,
+    pub channels: Vec<InboxChannelBody>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InboxBody {
+    /// Newest first.
+    pub items: Vec<InboxItemBody>,
+}
+
+/// `POST /v1/tasks/{task_id}/resolve`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    /// `SENT` or `FAILED`: what the person checking found out.
+    #[schema(required = true, example = "FAILED")]
+    pub final_state: Option<String>,
+    /// Why; recorded with the manual attempt row.
+    #[schema(required = true, max_length = 2000)]
+    pub note: Option<String>,
+}
+
+impl ResolveRequest {
+    pub fn validate(&self) -> Result<(FinalState, String), Problem> {
+        let mut errors = Errors::default();
+        let state = match self.final_state.as_deref() {
+            None => {
+                errors.add("final_state", "is required");
+                None
+            }
+            Some("SENT") => Some(FinalState::Sent),
+            Some("FAILED") => Some(FinalState::Failed),
+            Some(_) => {
+                errors.add("final_state", "must be \"SENT\" or \"FAILED\"");
+                None
+            }
+        };
+        let note = errors.text("note", self.note.as_deref(), MAX_NOTE_CHARS);
+        errors.finish(|| Some((state?, note?.to_owned())))
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResolvedBody {
+    pub task_id: i64,
+    pub state: String,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct LimitQuery {
+    /// How many entries at most (default 50, at most 1000).
+    pub limit: Option<u32>,
+}
+
+impl LimitQuery {
+    pub fn limit(&self, default: u32) -> Result<u32, Problem> {
+        match self.limit {
+            None => Ok(default),
+            Some(n @ 1..=1000) => Ok(n),
+            Some(_) => Err(Problem::validation(vec![FieldError::new("limit", "must be between 1 and 1000")])),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HealthBody {
+    pub status: String,
+}

@@ -1,0 +1,375 @@
+//! The handlers of SPEC §11. Each validates completely before it touches a store, so a 4xx writes nothing.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use herald_domain::{ChannelName, NotificationId, Outcome, TaskId, TaskState, UserId};
+use herald_ports::{InboxChannel, InboxItem, NotificationView};
+
+use super::auth::{Administrator, Caller, Submitter, UserAccess};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::model::{
+    rfc3339, CreatedBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody, InboxItemBody, LimitQuery,
+    NotificationBody, PreferenceBody, PutPreference, RecipientCreated, ResolveRequest, ResolvedBody, ReviewBody,
+    ReviewTaskBody, SubmitEvent, SubmitNotification, TaskBody, MAX_DESTINATION_CHARS, MAX_USER_ID_CHARS,
+};
+use super::problem::{FieldError, Problem};
+use super::ApiState;
+
+type ApiResult<T> = Result<T, Problem>;
+
+/// Submit one notification.
+#[utoipa::path(
+    post, path = "/v1/notifications", tag = "submit", request_body = SubmitNotification,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Created, with one task per enabled channel", body = CreatedBody),
+        (status = 200, description = "Duplicate `(user_id, event_key)`: the existing notification", body = CreatedBody),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not a service token", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid fields", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn submit_notification(
+    State(state): State<ApiState>,
+    _: Submitter,
+    ApiJson(request): ApiJson<SubmitNotification>,
+) -> ApiResult<(StatusCode, Json<CreatedBody>)> {
+    let new = request.validate()?;
+    let now = state.clock.now().await?;
+    let created = state.store.create(&new, &state.channels, now).await?;
+    crate::metrics::record_submission(created.created);
+    let status = if created.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(CreatedBody::from(&created))))
+}
+
+/// Submit one event for several recipients: one notification each, each deduplicated on its own.
+///
+/// Every notification is committed (in its own transaction) before any channel is called, since
+/// channels are called only by workers. If the store fails part-way, the earlier recipients are
+/// committed and repeating the whole request is safe.
+#[utoipa::path(
+    post, path = "/v1/events", tag = "submit", request_body = SubmitEvent,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "At least one notification was created", body = EventCreatedBody),
+        (status = 200, description = "Every recipient's notification existed already", body = EventCreatedBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn submit_event(
+    State(state): State<ApiState>,
+    _: Submitter,
+    ApiJson(request): ApiJson<SubmitEvent>,
+) -> ApiResult<(StatusCode, Json<EventCreatedBody>)> {
+    let notifications = request.validate()?;
+    let now = state.clock.now().await?;
+    let mut results = Vec::with_capacity(notifications.len());
+    for new in &notifications {
+        let created = state.store.create(new, &state.channels, now).await.map_err(|error| {
+            Problem::from_store(&error).with_detail(format!(
+                "stopped after {} of {} recipients; the earlier ones are recorded and repeating the request is safe",
+                results.len(),
+                notifications.len()
+            ))
+        })?;
+        crate::metrics::record_submission(created.created);
+        results.push(RecipientCreated { user_id: new.user_id.to_string(), notification: CreatedBody::from(&created) });
+    }
+    let any_created = results.iter().any(|r| r.notification.created);
+    let event_key = notifications.first().map(|n| n.event_key.to_string()).unwrap_or_default();
+    let status = if any_created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(EventCreatedBody { event_key, notifications: results })))
+}
+
+fn notification_body(view: &NotificationView) -> NotificationBody {
+    NotificationBody {
+        notification_id: view.notification_id.0,
+        user_id: view.user_id.to_string(),
+        event_key: view.event_key.to_string(),
+        thread_key: view.thread_key.as_ref().map(ToString::to_string),
+        created_at: rfc3339(view.created_at),
+        expires_at: rfc3339(view.expires_at),
+        tasks: view.tasks.iter().map(TaskBody::from).collect(),
+    }
+}
+
+/// One notification with its tasks and every attempt, oldest first. Service and admin tokens see any
+/// notification; a user token only that user's.
+#[utoipa::path(
+    get, path = "/v1/notifications/{id}", tag = "read",
+    params(("id" = i64, Path, description = "notification id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = NotificationBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_notification(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<i64>,
+) -> ApiResult<Json<NotificationBody>> {
+    let view = state.store.notification(NotificationId(id)).await?.ok_or_else(Problem::not_found)?;
+    if let Caller::User(user) = &caller {
+        if user != view.user_id.as_str() {
+            return Err(Problem::forbidden("this token belongs to another user"));
+        }
+    }
+    Ok(Json(notification_body(&view)))
+}
+
+fn check_path_user(errors: &mut Errors, user_id: &str) {
+    errors.text("user_id", Some(user_id), MAX_USER_ID_CHARS);
+}
+
+/// Set a user's switch and destination for one channel. The destination is encrypted before it is
+/// stored and is never part of a response.
+#[utoipa::path(
+    put, path = "/v1/users/{user_id}/channels/{channel}", tag = "preferences", request_body = PutPreference,
+    params(("user_id" = String, Path), ("channel" = String, Path, description = "a configured channel name")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = PreferenceBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn put_preference(
+    State(state): State<ApiState>,
+    _: UserAccess,
+    ApiPath((user_id, channel)): ApiPath<(String, String)>,
+    ApiJson(request): ApiJson<PutPreference>,
+) -> ApiResult<Json<PreferenceBody>> {
+    let mut errors = Errors::default();
+    check_path_user(&mut errors, &user_id);
+    let channel = ChannelName::new(channel);
+    if state.channels.get(&channel).is_none() {
+        errors.add("channel", "is not a configured channel");
+    }
+    if let Some(destination) = &request.destination {
+        let text = secrecy::ExposeSecret::expose_secret(&destination.0);
+        if text.trim().is_empty() {
+            errors.add("destination", "must not be empty");
+        } else if text.chars().count() > MAX_DESTINATION_CHARS {
+            errors.add("destination", format!("must be at most {MAX_DESTINATION_CHARS} characters"));
+        }
+    }
+    if request.enabled.is_none() {
+        errors.add("enabled", "is required");
+    }
+    errors.finish(|| Some(()))?;
+    let enabled = request.enabled.unwrap_or(false);
+    let user = UserId::new(user_id);
+
+    if enabled && request.destination.is_none() {
+        let stored = state.prefs.get(&user, &channel).await?;
+        if !stored.is_some_and(|p| p.has_destination) {
+            return Err(Problem::validation(vec![FieldError::new(
+                "destination",
+                "is required to enable a channel that has no stored destination",
+            )]));
+        }
+    }
+    let ciphertext = match &request.destination {
+        Some(destination) => Some(state.cipher.encrypt(&user, &channel, &destination.0).map_err(|error| {
+            tracing::error!(%error, "destination could not be encrypted");
+            Problem::internal()
+        })?),
+        None => None,
+    };
+    let pref = state.prefs.put(&user, &channel, enabled, ciphertext).await?;
+    Ok(Json(PreferenceBody::from(&pref)))
+}
+
+/// The words a user sees for one channel of an inbox item. SENT is "accepted by channel", never
+/// "delivered" (SPEC §1).
+#[must_use]
+pub fn status_text(channel: &InboxChannel, last_outcome: Option<Outcome>, attempted: bool) -> &'static str {
+    if channel.in_digest {
+        return "merged into a digest";
+    }
+    match channel.state {
+        TaskState::Sent => "accepted by channel",
+        TaskState::Suppressed => "not sent: channel off",
+        TaskState::Failed if matches!(last_outcome, Some(Outcome::TtlExpired)) => "expired",
+        TaskState::Failed => "failed",
+        TaskState::Unknown if channel.needs_review => "outcome unknown — under review",
+        TaskState::Unknown => "waiting to retry",
+        TaskState::Pending if attempted => "waiting to retry",
+        TaskState::Pending | TaskState::Sending => "sending",
+    }
+}
+
+/// Last outcome and whether any attempt was made, per channel, for items whose words depend on history.
+async fn history(state: &ApiState, item: &InboxItem) -> ApiResult<Vec<(ChannelName, Option<Outcome>, bool)>> {
+    let needs_history = item.channels.iter().any(|c| matches!(c.state, TaskState::Failed | TaskState::Pending));
+    if !needs_history {
+        return Ok(Vec::new());
+    }
+    let Some(view) = state.store.notification(item.notification_id).await? else {
+        return Ok(Vec::new());
+    };
+    Ok(view
+        .tasks
+        .iter()
+        .map(|t| (t.channel.clone(), t.attempts.last().and_then(|a| a.outcome), t.attempt_count > 0))
+        .collect())
+}
+
+/// A user's inbox, newest first, with each channel's state in words.
+#[utoipa::path(
+    get, path = "/v1/users/{user_id}/inbox", tag = "read",
+    params(("user_id" = String, Path), LimitQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = InboxBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_inbox(
+    State(state): State<ApiState>,
+    _: UserAccess,
+    ApiPath(user_id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<LimitQuery>,
+) -> ApiResult<Json<InboxBody>> {
+    let mut errors = Errors::default();
+    check_path_user(&mut errors, &user_id);
+    errors.finish(|| Some(()))?;
+    let limit = query.limit(50)?;
+    let items = state.store.inbox(&UserId::new(user_id), limit).await?;
+    let mut out = Vec::with_capacity(items.len());
+    for item in &items {
+        let history = history(&state, item).await?;
+        let channels = item
+            .channels
+            .iter()
+            .map(|c| {
+                let (last, attempted) = history
+                    .iter()
+                    .find(|(name, _, _)| *name == c.channel)
+                    .map_or((None, false), |(_, last, attempted)| (*last, *attempted));
+                InboxChannelBody {
+                    channel: c.channel.to_string(),
+                    state: c.state.to_string(),
+                    status_text: status_text(c, last, attempted).to_owned(),
+                }
+            })
+            .collect::<Vec<_>>();
+        out.push(InboxItemBody {
+            notification_id: item.notification_id.0,
+            body: item.body.clone(),
+            created_at: rfc3339(item.created_at),
+            read_at: item.read_at.map(rfc3339),
+            status_text: channels.is_empty().then(|| "in-app only".to_owned()),
+            channels,
+        });
+    }
+    Ok(Json(InboxBody { items: out }))
+}
+
+/// Parked tasks (outcome unknown, waiting for a human), oldest first.
+#[utoipa::path(
+    get, path = "/v1/review", tag = "review",
+    params(LimitQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = ReviewBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_review(
+    State(state): State<ApiState>,
+    _: Administrator,
+    ApiQuery(query): ApiQuery<LimitQuery>,
+) -> ApiResult<Json<ReviewBody>> {
+    let limit = query.limit(100)?;
+    let tasks = state.store.parked(limit).await?;
+    let tasks = tasks
+        .iter()
+        .map(|t| ReviewTaskBody {
+            notification_id: t.notification_id.0,
+            user_id: t.user_id.to_string(),
+            task: t.into(),
+        })
+        .collect();
+    Ok(Json(ReviewBody { tasks }))
+}
+
+/// Settle a parked task once, as SENT or FAILED, after a person checked. A second call changes nothing
+/// and answers 409.
+#[utoipa::path(
+    post, path = "/v1/tasks/{task_id}/resolve", tag = "review", request_body = ResolveRequest,
+    params(("task_id" = i64, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = ResolvedBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Not parked (already resolved, or still automatic)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn resolve_task(
+    State(state): State<ApiState>,
+    _: Administrator,
+    ApiPath(task_id): ApiPath<i64>,
+    ApiJson(request): ApiJson<ResolveRequest>,
+) -> ApiResult<Json<ResolvedBody>> {
+    let (final_state, note) = request.validate()?;
+    let now = state.clock.now().await?;
+    let resolved = state.store.resolve_manually(TaskId(task_id), final_state, &note, now).await?;
+    tracing::info!(task_id, state = %resolved.state, "task resolved by a human");
+    Ok(Json(ResolvedBody { task_id: resolved.task_id.0, state: resolved.state.to_string() }))
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = HealthBody)))]
+pub async fn healthz() -> Json<HealthBody> {
+    Json(HealthBody { status: "ok".into() })
+}
+
+/// Readiness: the store answers (and, with PostgreSQL, is migrated).
+#[utoipa::path(
+    get, path = "/readyz", tag = "operations",
+    responses((status = 200, body = HealthBody), (status = 503, body = Problem, content_type = "application/problem+json"))
+)]
+pub async fn readyz(State(state): State<ApiState>) -> ApiResult<Json<HealthBody>> {
+    match state.readiness.check().await {
+        Ok(()) => Ok(Json(HealthBody { status: "ready".into() })),
+        Err(reason) => {
+            tracing::warn!(%reason, "not ready");
+            Err(Problem::unavailable().with_detail(format!("not ready: {reason}")))
+        }
+    }
+}
+
+/// Prometheus text exposition of the process's metrics.
+#[utoipa::path(
+    get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"))
+)]
+pub async fn metrics(State(state): State<ApiState>) -> Response {
+    let text = state.metrics.as_ref().map(metrics_exporter_prometheus::PrometheusHandle::render).unwrap_or_default();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}
+
+/// This document: the OpenAPI 3.1 description of the API, generated from the code.
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "OpenAPI document", body = Object))
+)]
+pub async fn openapi() -> Response {
+    Json(super::openapi_document()).into_response()
+}

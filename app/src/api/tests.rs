@@ -1,0 +1,616 @@
+//! Orchestration tests of the API over mocks of the ports: validation, authentication and problem
+//! documents. A request refused with a 4xx must not reach a store, which the `.times(0)` expectations
+//! prove. Behaviour against a real PostgreSQL lives in the workspace's `tests/`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use herald_domain::{
+    ChannelContract, ChannelKind, ChannelName, ChannelRules, Millis, NotificationId, Policy, QueryConsistency,
+    RefusalProof, RetryPolicy, TaskId, TaskState, Timestamp, UserId,
+};
+use herald_ports::channel::MockChannelRegistry;
+use herald_ports::cipher::MockDestinationCipher;
+use herald_ports::clock::MockClock;
+use herald_ports::prefs::MockPreferenceStore;
+use herald_ports::store::MockNotificationStore;
+use herald_ports::{ChannelPref, ChannelTable, Created, InboxChannel, ResolveError, StoreError, TaskSummary};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::*;
+
+const SERVICE: &str = "service-token-for-tests";
+const ADMIN: &str = "admin-token-for-tests";
+
+fn rules() -> ChannelRules {
+    ChannelRules {
+        contract: ChannelContract::new(
+            ChannelKind::Webhook,
+            RefusalProof::BeforeAcceptance,
+            QueryConsistency::Immediate,
+        ),
+        retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
+        policy: Policy::Safe,
+        min_interval: Millis::ZERO,
+        digest: None,
+    }
+}
+
+/// The mocks a test configures before the router is built.
+#[derive(Default)]
+struct Mocks {
+    store: MockNotificationStore,
+    prefs: MockPreferenceStore,
+    cipher: MockDestinationCipher,
+    clock: MockClock,
+}
+
+impl Mocks {
+    /// Every store, preference, cipher and clock call is refused: for requests that must write nothing.
+    fn untouched() -> Self {
+        let mut m = Mocks::default();
+        m.store.expect_create().times(0);
+        m.store.expect_resolve_manually().times(0);
+        m.store.expect_notification().times(0);
+        m.store.expect_inbox().times(0);
+        m.store.expect_parked().times(0);
+        m.prefs.expect_put().times(0);
+        m.prefs.expect_get().times(0);
+        m.cipher.expect_encrypt().times(0);
+        m.clock.expect_now().times(0);
+        m
+    }
+
+    fn with_clock(mut self) -> Self {
+        self.clock.expect_now().returning(|| Ok(Timestamp(1_700_000_000_000)));
+        self
+    }
+
+    fn state(self) -> ApiState {
+        let auth = Authenticator::new(
+            &[SecretString::from(SERVICE)],
+            &[SecretString::from(ADMIN)],
+            SecretString::from("user token secret for the tests"),
+        );
+        let clock: Arc<dyn Clock> = Arc::new(self.clock);
+        ApiState {
+            store: Arc::new(self.store),
+            prefs: Arc::new(self.prefs),
+            registry: Arc::new(MockChannelRegistry::new()),
+            cipher: Arc::new(self.cipher),
+            clock: Arc::clone(&clock),
+            auth: Arc::new(auth),
+            channels: Arc::new(ChannelTable(vec![(ChannelName::new("push"), rules())])),
+            readiness: Arc::new(ClockReadiness(clock)),
+            metrics: None,
+            body_limit: 4096,
+        }
+    }
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    text: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|_| panic!("not JSON: {}", self.text))
+    }
+
+    #[track_caller]
+    fn problem(&self, status: StatusCode) -> Value {
+        assert_eq!(self.status, status, "{}", self.text);
+        assert_eq!(self.headers[header::CONTENT_TYPE], "application/problem+json");
+        let doc = self.json();
+        for member in ["type", "title", "status", "detail"] {
+            assert!(doc.get(member).is_some(), "problem lacks `{member}`: {doc}");
+        }
+        assert_eq!(doc["status"], status.as_u16());
+        doc
+    }
+
+    #[track_caller]
+    fn fields(&self) -> Vec<String> {
+        let doc = self.problem(StatusCode::UNPROCESSABLE_ENTITY);
+        doc["errors"].as_array().expect("errors").iter().map(|e| e["field"].as_str().unwrap().to_owned()).collect()
+    }
+}
+
+fn user_token(state: &ApiState, user: &str) -> String {
+    state.auth.user_token(user).expose_secret().to_owned()
+}
+
+async fn send(state: ApiState, method: &str, uri: &str, token: Option<&str>, body: Option<&str>) -> Answer {
+    let mut request = Request::builder().method(method).uri(uri);
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let body = match body {
+        Some(body) => {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+            Body::from(body.to_owned())
+        }
+        None => Body::empty(),
+    };
+    let response = router(state).oneshot(request.body(body).unwrap()).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    Answer { status, headers, text: String::from_utf8(bytes.to_vec()).unwrap() }
+}
+
+fn valid_submission() -> Value {
+    json!({"user_id": "u1", "event_key": "order-1-shipped", "body": "Shipped", "ttl_seconds": 3600})
+}
+
+fn created(created: bool) -> Created {
+    Created {
+        notification_id: NotificationId(7),
+        created,
+        tasks: vec![TaskSummary { task_id: TaskId(70), channel: ChannelName::new("push"), state: TaskState::Pending }],
+    }
+}
+
+#[tokio::test]
+async fn submit_creates_with_201_and_a_duplicate_answers_200() {
+    for (is_new, status) in [(true, StatusCode::CREATED), (false, StatusCode::OK)] {
+        let mut mocks = Mocks::default().with_clock();
+        mocks
+            .store
+            .expect_create()
+            .withf(|new, channels, _| {
+                new.user_id == UserId::new("u1") && new.ttl == Millis(3_600_000) && channels.0.len() == 1
+            })
+            .times(1)
+            .returning(move |_, _, _| Ok(created(is_new)));
+        let answer =
+            send(mocks.state(), "POST", "/v1/notifications", Some(SERVICE), Some(&valid_submission().to_string()))
+                .await;
+        assert_eq!(answer.status, status, "{}", answer.text);
+        assert_eq!(
+            answer.json(),
+            json!({"notification_id": 7, "created": is_new, "tasks": [{"task_id": 70, "channel": "push", "state": "PENDING"}]})
+        );
+    }
+}
+
+#[tokio::test]
+async fn missing_fields_are_all_named_and_nothing_is_written() {
+    let answer = send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some("{}")).await;
+    assert_eq!(answer.fields(), ["user_id", "event_key", "body", "ttl_seconds"]);
+}
+
+#[tokio::test]
+async fn out_of_range_fields_are_refused() {
+    let cases = [
+        (json!({"user_id": "x".repeat(129)}), "user_id"),
+        (json!({"user_id": ""}), "user_id"),
+        (json!({"event_key": "k".repeat(257)}), "event_key"),
+        (json!({"body": "b".repeat(16 * 1024 + 1)}), "body"),
+        (json!({"ttl_seconds": 0}), "ttl_seconds"),
+        (json!({"ttl_seconds": -5}), "ttl_seconds"),
+        (json!({"ttl_seconds": 30 * 24 * 3600 + 1}), "ttl_seconds"),
+        (json!({"max_attempts": 0}), "max_attempts"),
+        (json!({"max_attempts": 21}), "max_attempts"),
+        (json!({"thread_key": ""}), "thread_key"),
+    ];
+    for (patch, field) in cases {
+        let mut body = valid_submission();
+        body.as_object_mut().unwrap().extend(patch.as_object().unwrap().clone());
+        let mut state = Mocks::untouched().state();
+        state.body_limit = 64 * 1024;
+        let answer = send(state, "POST", "/v1/notifications", Some(SERVICE), Some(&body.to_string())).await;
+        assert_eq!(answer.fields(), [field], "{patch}");
+    }
+}
+
+#[tokio::test]
+async fn limits_at_the_boundary_are_accepted() {
+    let mut mocks = Mocks::default().with_clock();
+    mocks.store.expect_create().times(1).returning(|_, _, _| Ok(created(true)));
+    let body = json!({
+        "user_id": "x".repeat(128), "event_key": "k".repeat(256), "body": "b".repeat(16 * 1024),
+        "ttl_seconds": 30 * 24 * 3600, "max_attempts": 20, "thread_key": "t"
+    });
+    let mut state = mocks.state();
+    state.body_limit = 64 * 1024;
+    let answer = send(state, "POST", "/v1/notifications", Some(SERVICE), Some(&body.to_string())).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text);
+}
+
+#[tokio::test]
+async fn wrong_json_is_a_problem_document_not_plain_text() {
+    let answer =
+        send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some("{\"user_id\":")).await;
+    answer.problem(StatusCode::BAD_REQUEST);
+
+    let answer = send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some("[1,2]")).await;
+    assert_eq!(answer.fields(), ["$"]);
+
+    let mut body = valid_submission();
+    body["ttl_seconds"] = json!("soon");
+    let answer =
+        send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some(&body.to_string())).await;
+    assert_eq!(answer.fields(), ["ttl_seconds"]);
+
+    let mut body = valid_submission();
+    body["ttl"] = json!(5);
+    let answer =
+        send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some(&body.to_string())).await;
+    assert_eq!(answer.fields(), ["ttl"]);
+
+    let answer =
+        send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some("{} trailing")).await;
+    answer.problem(StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_json_is_unsupported() {
+    let request = Request::post("/v1/notifications")
+        .header(header::AUTHORIZATION, format!("Bearer {SERVICE}"))
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from(valid_submission().to_string()))
+        .unwrap();
+    let response = router(Mocks::untouched().state()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(response.headers()[header::CONTENT_TYPE], "application/problem+json");
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_a_413_problem() {
+    let body = json!({"user_id": "u1", "body": "b".repeat(5000)}).to_string();
+    let answer = send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some(&body)).await;
+    let doc = answer.problem(StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(doc["detail"].as_str().unwrap().contains("4096"));
+}
+
+#[tokio::test]
+async fn missing_or_wrong_tokens_are_401_with_a_bearer_challenge() {
+    let body = valid_submission().to_string();
+    for token in [None, Some("not-a-token"), Some("u.dTE.AAAA")] {
+        let answer = send(Mocks::untouched().state(), "POST", "/v1/notifications", token, Some(&body)).await;
+        answer.problem(StatusCode::UNAUTHORIZED);
+        assert_eq!(answer.headers[header::WWW_AUTHENTICATE], "Bearer");
+        assert!(!answer.text.contains("not-a-token"));
+    }
+    // A non-bearer scheme is refused the same way.
+    let request = Request::post("/v1/notifications")
+        .header(header::AUTHORIZATION, format!("Basic {SERVICE}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body))
+        .unwrap();
+    let response = router(Mocks::untouched().state()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn roles_are_enforced_before_the_body_is_read() {
+    let state = Mocks::untouched().state();
+    let alice = user_token(&state, "alice");
+    // Admin and user tokens may not submit, even with an invalid body.
+    for token in [ADMIN, alice.as_str()] {
+        let answer = send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(token), Some("{")).await;
+        answer.problem(StatusCode::FORBIDDEN);
+        let answer = send(Mocks::untouched().state(), "POST", "/v1/events", Some(token), Some("{}")).await;
+        answer.problem(StatusCode::FORBIDDEN);
+    }
+    // Service and user tokens may not review or resolve.
+    for token in [SERVICE, alice.as_str()] {
+        send(Mocks::untouched().state(), "GET", "/v1/review", Some(token), None).await.problem(StatusCode::FORBIDDEN);
+        send(Mocks::untouched().state(), "POST", "/v1/tasks/1/resolve", Some(token), Some("{}"))
+            .await
+            .problem(StatusCode::FORBIDDEN);
+    }
+}
+
+#[tokio::test]
+async fn a_user_token_reaches_only_its_own_user() {
+    let state = Mocks::untouched().state();
+    let alice = user_token(&state, "alice");
+    let body = json!({"enabled": true, "destination": "alice@example.test"}).to_string();
+    send(Mocks::untouched().state(), "PUT", "/v1/users/bob/channels/push", Some(&alice), Some(&body))
+        .await
+        .problem(StatusCode::FORBIDDEN);
+    send(Mocks::untouched().state(), "GET", "/v1/users/bob/inbox", Some(&alice), None)
+        .await
+        .problem(StatusCode::FORBIDDEN);
+    send(Mocks::untouched().state(), "GET", "/v1/users/bob/inbox", Some(SERVICE), None)
+        .await
+        .problem(StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_user_token_sees_only_its_own_notification() {
+    let mut mocks = Mocks::default();
+    mocks.store.expect_notification().returning(|id| {
+        Ok(Some(herald_ports::NotificationView {
+            notification_id: id,
+            user_id: UserId::new("bob"),
+            event_key: "e".into(),
+            body: "secret body".into(),
+            thread_key: None,
+            created_at: Timestamp(0),
+            expires_at: Timestamp(1000),
+            tasks: vec![],
+        }))
+    });
+    let state = mocks.state();
+    let alice = user_token(&state, "alice");
+    let bob = user_token(&state, "bob");
+    send(state.clone(), "GET", "/v1/notifications/5", Some(&alice), None).await.problem(StatusCode::FORBIDDEN);
+    let answer = send(state, "GET", "/v1/notifications/5", Some(&bob), None).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.json()["created_at"], "1970-01-01T00:00:00.000Z");
+}
+
+#[tokio::test]
+async fn events_validate_recipients_without_writing() {
+    let base = json!({"event_key": "e1", "body": "hello", "ttl_seconds": 60});
+    let cases = [
+        (json!({"recipients": []}), vec!["recipients"]),
+        (json!({"recipients": vec!["u"; 1001]}), vec!["recipients"]),
+        (json!({"recipients": ["a", "", "a"]}), vec!["recipients[1]", "recipients[2]"]),
+        (json!({"recipients": ["a", "x".repeat(129)]}), vec!["recipients[1]"]),
+    ];
+    for (patch, fields) in cases {
+        let mut body = base.clone();
+        body.as_object_mut().unwrap().extend(patch.as_object().unwrap().clone());
+        let mut state = Mocks::untouched().state();
+        state.body_limit = 64 * 1024;
+        let answer = send(state, "POST", "/v1/events", Some(SERVICE), Some(&body.to_string())).await;
+        assert_eq!(answer.fields(), fields);
+    }
+}
+
+#[tokio::test]
+async fn events_create_one_notification_per_recipient() {
+    let mut mocks = Mocks::default().with_clock();
+    mocks.store.expect_create().times(3).returning(|new, _, _| Ok(created(new.user_id.as_str() != "b")));
+    let body = json!({"event_key": "e1", "recipients": ["a", "b", "c"], "body": "hello", "ttl_seconds": 60});
+    let answer = send(mocks.state(), "POST", "/v1/events", Some(SERVICE), Some(&body.to_string())).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text);
+    let doc = answer.json();
+    let users: Vec<_> = doc["notifications"].as_array().unwrap().iter().map(|n| n["user_id"].clone()).collect();
+    assert_eq!(users, [json!("a"), json!("b"), json!("c")]);
+    assert_eq!(doc["notifications"][1]["created"], false);
+}
+
+#[tokio::test]
+async fn preference_is_encrypted_and_never_answered() {
+    let destination = "alice-secret-destination@example.test";
+    let mut mocks = Mocks::default();
+    mocks
+        .cipher
+        .expect_encrypt()
+        .withf(move |user, channel, plain| {
+            user.as_str() == "alice" && channel.as_str() == "push" && plain.expose_secret() == destination
+        })
+        .times(1)
+        .returning(|_, _, _| Ok(b"ciphertext".to_vec()));
+    mocks
+        .prefs
+        .expect_put()
+        .withf(|_, _, enabled, stored| *enabled && stored.as_deref() == Some(b"ciphertext".as_slice()))
+        .times(1)
+        .returning(|user, channel, enabled, _| {
+            Ok(ChannelPref {
+                user_id: user.clone(),
+                channel: channel.clone(),
+                enabled,
+                has_destination: true,
+                verified: false,
+                version: 1,
+            })
+        });
+    let state = mocks.state();
+    let alice = user_token(&state, "alice");
+    let body = json!({"enabled": true, "destination": destination}).to_string();
+    let answer = send(state, "PUT", "/v1/users/alice/channels/push", Some(&alice), Some(&body)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    assert!(!answer.text.contains(destination));
+    assert_eq!(answer.json()["has_destination"], true);
+}
+
+#[tokio::test]
+async fn preference_validation_names_channel_and_destination() {
+    let state = Mocks::untouched().state();
+    let alice = user_token(&state, "alice");
+    let body = json!({"enabled": true, "destination": "x"}).to_string();
+    let answer = send(state, "PUT", "/v1/users/alice/channels/pager", Some(&alice), Some(&body)).await;
+    assert_eq!(answer.fields(), ["channel"]);
+
+    let answer =
+        send(Mocks::untouched().state(), "PUT", "/v1/users/alice/channels/push", Some(ADMIN), Some("{}")).await;
+    assert_eq!(answer.fields(), ["enabled"]);
+
+    // A wrongly typed destination is refused without quoting it.
+    let body = json!({"enabled": true, "destination": {"code": "hidden-code-123"}}).to_string();
+    let answer =
+        send(Mocks::untouched().state(), "PUT", "/v1/users/alice/channels/push", Some(ADMIN), Some(&body)).await;
+    assert_eq!(answer.fields(), ["destination"]);
+    assert!(!answer.text.contains("hidden-code-123"));
+}
+
+#[tokio::test]
+async fn enabling_without_any_destination_is_refused() {
+    let mut mocks = Mocks::default();
+    mocks.prefs.expect_get().times(1).returning(|_, _| Ok(None));
+    mocks.prefs.expect_put().times(0);
+    let body = json!({"enabled": true}).to_string();
+    let answer = send(mocks.state(), "PUT", "/v1/users/alice/channels/push", Some(ADMIN), Some(&body)).await;
+    assert_eq!(answer.fields(), ["destination"]);
+}
+
+#[tokio::test]
+async fn resolve_validates_and_maps_not_parked_to_409() {
+    let answer = send(
+        Mocks::untouched().state(),
+        "POST",
+        "/v1/tasks/9/resolve",
+        Some(ADMIN),
+        Some(&json!({"final_state": "DELIVERED", "note": ""}).to_string()),
+    )
+    .await;
+    assert_eq!(answer.fields(), ["final_state", "note"]);
+
+    let mut mocks = Mocks::default().with_clock();
+    mocks
+        .store
+        .expect_resolve_manually()
+        .times(1)
+        .returning(|_, _, _, _| Err(ResolveError::NotParked { state: TaskState::Sent }));
+    let body = json!({"final_state": "SENT", "note": "checked the provider console"}).to_string();
+    let answer = send(mocks.state(), "POST", "/v1/tasks/9/resolve", Some(ADMIN), Some(&body)).await;
+    let doc = answer.problem(StatusCode::CONFLICT);
+    assert!(doc["detail"].as_str().unwrap().contains("nothing changed"));
+
+    let mut mocks = Mocks::default().with_clock();
+    mocks.store.expect_resolve_manually().returning(|_, _, _, _| Err(ResolveError::NotFound));
+    send(mocks.state(), "POST", "/v1/tasks/9/resolve", Some(ADMIN), Some(&body)).await.problem(StatusCode::NOT_FOUND);
+
+    send(Mocks::untouched().state(), "POST", "/v1/tasks/nine/resolve", Some(ADMIN), Some(&body))
+        .await
+        .problem(StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn store_failures_are_opaque_500s() {
+    let mut mocks = Mocks::default().with_clock();
+    mocks
+        .store
+        .expect_create()
+        .returning(|_, _, _| Err(StoreError::Unknown(anyhow::anyhow!("relation delivery_task password=hunter2"))));
+    let answer =
+        send(mocks.state(), "POST", "/v1/notifications", Some(SERVICE), Some(&valid_submission().to_string())).await;
+    answer.problem(StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(!answer.text.contains("hunter2") && !answer.text.contains("delivery_task"));
+
+    let mut mocks = Mocks::default().with_clock();
+    mocks.store.expect_create().returning(|_, _, _| Err(StoreError::Unavailable(anyhow::anyhow!("refused"))));
+    let answer =
+        send(mocks.state(), "POST", "/v1/notifications", Some(SERVICE), Some(&valid_submission().to_string())).await;
+    answer.problem(StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn inbox_words_and_in_app_only() {
+    let mut mocks = Mocks::default();
+    mocks.store.expect_inbox().times(1).returning(|_, limit| {
+        assert_eq!(limit, 50);
+        Ok(vec![
+            herald_ports::InboxItem {
+                notification_id: NotificationId(2),
+                body: "two".into(),
+                created_at: Timestamp(2000),
+                read_at: None,
+                channels: vec![InboxChannel {
+                    channel: ChannelName::new("push"),
+                    state: TaskState::Sent,
+                    needs_review: false,
+                    in_digest: false,
+                }],
+            },
+            herald_ports::InboxItem {
+                notification_id: NotificationId(1),
+                body: "one".into(),
+                created_at: Timestamp(1000),
+                read_at: None,
+                channels: vec![],
+            },
+        ])
+    });
+    let answer = send(mocks.state(), "GET", "/v1/users/alice/inbox", Some(ADMIN), None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    let doc = answer.json();
+    assert_eq!(doc["items"][0]["channels"][0]["status_text"], "accepted by channel");
+    assert_eq!(doc["items"][1]["status_text"], "in-app only");
+    assert!(!answer.text.contains("delivered"));
+}
+
+#[test]
+fn status_texts() {
+    use herald_domain::Outcome;
+    let ch = |state, needs_review, in_digest| InboxChannel { channel: "push".into(), state, needs_review, in_digest };
+    let cases = [
+        (ch(TaskState::Sent, false, false), None, false, "accepted by channel"),
+        (ch(TaskState::Suppressed, false, false), None, false, "not sent: channel off"),
+        (ch(TaskState::Failed, false, false), Some(Outcome::Rejected), true, "failed"),
+        (ch(TaskState::Failed, false, false), Some(Outcome::TtlExpired), false, "expired"),
+        (ch(TaskState::Unknown, true, false), Some(Outcome::Timeout), true, "outcome unknown — under review"),
+        (ch(TaskState::Unknown, false, false), Some(Outcome::Timeout), true, "waiting to retry"),
+        (ch(TaskState::Pending, false, false), Some(Outcome::RetryableReject), true, "waiting to retry"),
+        (ch(TaskState::Pending, false, false), None, false, "sending"),
+        (ch(TaskState::Sending, false, false), None, true, "sending"),
+        (ch(TaskState::Pending, false, true), None, false, "merged into a digest"),
+    ];
+    for (channel, last, attempted, text) in cases {
+        assert_eq!(routes::status_text(&channel, last, attempted), text, "{channel:?}");
+    }
+}
+
+#[tokio::test]
+async fn operations_endpoints_and_request_ids() {
+    let answer = send(Mocks::default().state(), "GET", "/healthz", None, None).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(answer.headers.get("x-request-id").is_some(), "a request id is generated");
+
+    let request = Request::get("/healthz").header("x-request-id", "req-123").body(Body::empty()).unwrap();
+    let response = router(Mocks::default().state()).oneshot(request).await.unwrap();
+    assert_eq!(response.headers()["x-request-id"], "req-123");
+
+    let answer = send(Mocks::default().with_clock().state(), "GET", "/readyz", None, None).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let mut mocks = Mocks::default();
+    mocks.clock.expect_now().returning(|| Err(StoreError::Unavailable(anyhow::anyhow!("down"))));
+    send(mocks.state(), "GET", "/readyz", None, None).await.problem(StatusCode::SERVICE_UNAVAILABLE);
+
+    send(Mocks::default().state(), "GET", "/nowhere", None, None).await.problem(StatusCode::NOT_FOUND);
+    send(Mocks::default().state(), "DELETE", "/healthz", None, None).await.problem(StatusCode::METHOD_NOT_ALLOWED);
+
+    let answer = send(Mocks::default().state(), "GET", "/metrics", None, None).await;
+    assert_eq!(answer.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn metrics_render_recorded_counters() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        crate::metrics::record_attempt(&ChannelName::new("push"), herald_domain::Outcome::Accepted);
+    });
+    let mut state = Mocks::default().state();
+    state.metrics = Some(handle);
+    let answer = send(state, "GET", "/metrics", None, None).await;
+    assert!(answer.text.contains("herald_attempts_total{channel=\"push\",outcome=\"ACCEPTED\"} 1"), "{}", answer.text);
+}
+
+#[tokio::test]
+async fn openapi_document_lists_every_route() {
+    let answer = send(Mocks::default().state(), "GET", "/openapi.json", None, None).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let doc = answer.json();
+    let paths = doc["paths"].as_object().expect("paths");
+    for path in [
+        "/v1/notifications",
+        "/v1/events",
+        "/v1/notifications/{id}",
+        "/v1/users/{user_id}/channels/{channel}",
+        "/v1/users/{user_id}/inbox",
+        "/v1/review",
+        "/v1/tasks/{task_id}/resolve",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+    ] {
+        assert!(paths.contains_key(path), "missing {path}");
+    }
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+    let required = doc["components"]["schemas"]["SubmitNotification"]["required"].as_array().expect("required");
+    assert!(required.contains(&json!("user_id")));
+}
