@@ -2,5 +2,6 @@
 //! PostgreSQL store and the channel adapters.
 
 pub mod api;
+pub mod config;
 pub mod metrics;
 pub mod worker;

@@ -1,0 +1,648 @@
+//! Configuration (SPEC §12): one TOML file, every key overridable from the environment, secrets
+//! optionally read from files, everything checked at start-up with a message naming the key.
+//!
+//! # Sources, in order
+//! 1. The TOML file given by `--config FILE` or `HERALD_CONFIG` (optional: without one, only the
+//!    environment and the defaults count).
+//! 2. Environment variables `HERALD__SECTION__KEY` (double underscores; names are case-insensitive and
+//!    taken in lower case), e.g. `HERALD__DATABASE__URL`, `HERALD__WORKER__CONCURRENCY=16`,
+//!    `HERALD__KEYS__CURRENT=k2`, `HERALD__KEYS__K2_FILE=/run/secrets/k2`.
+//!    * Integers and booleans are parsed (`true`/`false`); an unparsable value is refused naming the
+//!      variable.
+//!    * Token lists (`HERALD__AUTH__SERVICE_TOKENS`, `…__ADMIN_TOKENS`) are either a JSON array
+//!      (`["a","b"]`) or a comma-separated list (`a,b`; spaces around entries and empty entries dropped).
+//!    * Channel entries are addressed by index or name: `HERALD__CHANNEL__0__TIMEOUT_MS=400` or
+//!      `HERALD__CHANNEL__PUSH__TIMEOUT_MS=400`; nested keys continue the path
+//!      (`HERALD__CHANNEL__0__DIGEST__INSTANT_PER_HOUR=3`). The index one past the last entry adds an
+//!      entry. A channel value is read as a TOML value when it is one (`400`, `true`, `"x"`,
+//!      `{ instant_per_hour = 3 }`) and as a plain string otherwise (`http://…`, `immediate`).
+//! 3. `…_file` keys: `database.url_file`, `auth.user_token_secret_file`, `auth.service_tokens_file` and
+//!    `auth.admin_tokens_file` (one token a line; blank lines and `#` comments ignored), and in `[keys]`
+//!    `ID_file` for key `ID`. Giving both a key and its `_file` is refused. Relative paths are relative to
+//!    the configuration file's folder (the working folder without a file). Surrounding whitespace
+//!    (the final newline) is dropped.
+//!
+//! Unknown keys, values out of range and inconsistent settings are refused before anything starts.
+//! Error messages name keys and variables, never values: a URL or a token is a secret.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use herald_channels::cipher::Keyring;
+use herald_channels::config::ChannelConfig;
+use secrecy::{ExposeSecret, SecretString};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use toml::{Table, Value};
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_BODY_LIMIT_BYTES: usize = 64 * 1024;
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+pub const DEFAULT_CONCURRENCY: u32 = 8;
+pub const DEFAULT_LEASE_MS: u64 = 60_000;
+pub const DEFAULT_BATCH: u32 = 8;
+pub const DEFAULT_POLL_MS: u64 = 1_000;
+/// Time allowed for finishing an attempt after the channel answered, on top of its timeout (SPEC §4).
+pub const LEASE_FINISH_MARGIN_MS: u64 = 1_000;
+pub const MIN_USER_TOKEN_SECRET_BYTES: usize = 16;
+/// The prefix of overriding environment variables.
+pub const ENV_PREFIX: &str = "HERALD__";
+
+/// A configuration that cannot be used, naming the key (and the variable, when one set it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The key, such as `worker.lease_ms`, or the file or variable when no key applies.
+    pub key: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "configuration: {}: {}", self.key, self.reason)
+    }
+}
+
+impl ConfigError {
+    pub fn new(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError { key: key.into(), reason: reason.into() }
+    }
+}
+
+type Result<T, E = ConfigError> = std::result::Result<T, E>;
+
+#[derive(Debug)]
+pub struct DatabaseConfig {
+    /// `None`: `herald demo` starts a private server; other commands refuse.
+    pub url: Option<SecretString>,
+    pub max_connections: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub body_limit_bytes: usize,
+}
+
+#[derive(Debug)]
+pub struct AuthConfig {
+    pub service_tokens: Vec<SecretString>,
+    pub admin_tokens: Vec<SecretString>,
+    pub user_token_secret: SecretString,
+}
+
+#[derive(Debug)]
+pub struct KeysConfig {
+    pub current: String,
+    /// `(id, base64 of 32 bytes)`, in file order.
+    pub keys: Vec<(String, SecretString)>,
+}
+
+impl KeysConfig {
+    /// The keyring of these keys.
+    ///
+    /// # Errors
+    /// A key that is not base64 of 32 bytes, an id that is not allowed, or `current` not among them.
+    pub fn keyring(&self) -> Result<Keyring> {
+        let keys = self.keys.iter().map(|(id, key)| (id.clone(), key.clone()));
+        Keyring::new(keys, &self.current).map_err(|error| ConfigError::new("keys", error.to_string()))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerSettings {
+    pub concurrency: u32,
+    pub lease_ms: u64,
+    pub batch: u32,
+    pub poll_ms: u64,
+    /// Test-only: allows a lease shorter than a channel's timeout plus the finish margin (P2).
+    pub allow_lease_overlap: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A `tracing_subscriber::EnvFilter` directive such as `info` or `herald_app=debug,info`.
+    pub level: String,
+}
+
+/// The validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    pub database: DatabaseConfig,
+    pub server: ServerConfig,
+    /// Required by `serve` and `token`; absent is fine for `worker`, `migrate` and `review`.
+    pub auth: Option<AuthConfig>,
+    /// Required by `serve`, `worker` and `keys rotate`.
+    pub keys: Option<KeysConfig>,
+    pub worker: WorkerSettings,
+    pub channels: Vec<ChannelConfig>,
+    pub log: LogConfig,
+}
+
+impl Config {
+    /// Loads the file (if any), applies `HERALD__…` overrides from `env`, reads `…_file` secrets and
+    /// validates everything.
+    ///
+    /// # Errors
+    /// The first problem found, naming its key.
+    pub fn load(path: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Config> {
+        let (text, base) = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|error| {
+                    ConfigError::new(path.display().to_string(), format!("cannot be read: {}", error.kind()))
+                })?;
+                (text, path.parent().map(Path::to_path_buf).unwrap_or_default())
+            }
+            None => (String::new(), PathBuf::new()),
+        };
+        Config::from_toml(&text, env, &base)
+    }
+
+    /// As [`Config::load`], from the file's text; relative `…_file` paths are taken from `base`.
+    ///
+    /// # Errors
+    /// The first problem found, naming its key.
+    pub fn from_toml(text: &str, env: impl IntoIterator<Item = (String, String)>, base: &Path) -> Result<Config> {
+        let mut table: Table = text.parse().map_err(|error: toml::de::Error| {
+            // The parser's message quotes the offending line, which may hold a secret: keep the position.
+            let position = error
+                .span()
+                .map(|span| line_of(text, span.start))
+                .map_or(String::new(), |line| format!(" (line {line})"));
+            ConfigError::new("file", format!("is not valid TOML{position}: {}", error.message()))
+        })?;
+        let mut overridden = Vec::new();
+        for (name, value) in env {
+            if let Some(path) = name.strip_prefix(ENV_PREFIX) {
+                apply_env(&mut table, &name, path, &value)?;
+                overridden.push(name);
+            }
+        }
+        let raw: RawConfig = deserialize(Value::Table(table), "").map_err(|mut error| {
+            // Point at the variable when one set the key in question.
+            let var = format!("{ENV_PREFIX}{}", error.key.replace('.', "__").to_uppercase());
+            if overridden.contains(&var) {
+                error.reason = format!("{} (set by {var})", error.reason);
+            }
+            error
+        })?;
+        raw.resolve(base)
+    }
+
+    /// The `[auth]` section, which `command` needs.
+    ///
+    /// # Errors
+    /// When it is absent.
+    pub fn require_auth(&self, command: &str) -> Result<&AuthConfig> {
+        self.auth.as_ref().ok_or_else(|| ConfigError::new("auth", format!("is required by `herald {command}`")))
+    }
+
+    /// The `[keys]` section, which `command` needs.
+    ///
+    /// # Errors
+    /// When it is absent.
+    pub fn require_keys(&self, command: &str) -> Result<&KeysConfig> {
+        self.keys.as_ref().ok_or_else(|| ConfigError::new("keys", format!("is required by `herald {command}`")))
+    }
+
+    /// The database URL, which `command` needs.
+    ///
+    /// # Errors
+    /// When it is absent.
+    pub fn require_database_url(&self, command: &str) -> Result<&SecretString> {
+        self.database
+            .url
+            .as_ref()
+            .ok_or_else(|| ConfigError::new("database.url", format!("is required by `herald {command}`")))
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset).map_or(0, |before| before.matches('\n').count()) + 1
+}
+
+/// Keeps serde's message but drops any quoted value (`invalid type: string "…", expected u32` becomes
+/// `invalid type, expected u32`), since the value may be a secret put in the wrong place.
+fn without_value(message: &str) -> String {
+    for lead in ["invalid type", "invalid value"] {
+        if message.starts_with(lead) {
+            return match message.split_once(", expected ") {
+                Some((_, expected)) => format!("{lead}, expected {expected}"),
+                None => lead.to_owned(),
+            };
+        }
+    }
+    message.to_owned()
+}
+
+fn deserialize<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        let message = error.into_inner().to_string();
+        let key = match (prefix, path.as_str()) {
+            ("", ".") => "file".to_owned(),
+            ("", path) => path.to_owned(),
+            (prefix, ".") => prefix.to_owned(),
+            (prefix, path) => format!("{prefix}.{path}"),
+        };
+        ConfigError::new(key, without_value(&message))
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Str,
+    Int,
+    Bool,
+    List,
+}
+
+/// The keys of the sections this module owns, with the type an environment value is parsed as.
+fn kind_of(section: &str, key: &str) -> Option<Kind> {
+    Some(match (section, key) {
+        ("database", "url" | "url_file")
+        | ("server", "listen")
+        | ("auth", "service_tokens_file" | "admin_tokens_file" | "user_token_secret" | "user_token_secret_file")
+        | ("log", "format" | "level")
+        | ("keys", _) => Kind::Str,
+        ("database", "max_connections")
+        | ("server", "body_limit_bytes")
+        | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms") => Kind::Int,
+        ("worker", "allow_lease_overlap") => Kind::Bool,
+        ("auth", "service_tokens" | "admin_tokens") => Kind::List,
+        _ => return None,
+    })
+}
+
+fn env_value(var: &str, kind: Kind, raw: &str) -> Result<Value> {
+    let bad = |what: &str| ConfigError::new(var, format!("must be {what}"));
+    Ok(match kind {
+        Kind::Str => Value::String(raw.to_owned()),
+        Kind::Int => Value::Integer(raw.trim().parse().map_err(|_| bad("an integer"))?),
+        Kind::Bool => match raw.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" => Value::Boolean(true),
+            "false" | "0" => Value::Boolean(false),
+            _ => return Err(bad("true or false")),
+        },
+        Kind::List if raw.trim_start().starts_with('[') => {
+            let list: Vec<String> = serde_json::from_str(raw).map_err(|_| bad("a JSON array of strings"))?;
+            Value::Array(list.into_iter().map(Value::String).collect())
+        }
+        Kind::List => Value::Array(
+            raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| Value::String(s.to_owned())).collect(),
+        ),
+    })
+}
+
+/// A channel value: a TOML value when it parses as one, else the text itself.
+fn channel_value(raw: &str) -> Value {
+    format!("v = {raw}")
+        .parse::<Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| Value::String(raw.to_owned()))
+}
+
+fn table_at<'a>(table: &'a mut Table, key: &str, var: &str) -> Result<&'a mut Table> {
+    table
+        .entry(key.to_owned())
+        .or_insert_with(|| Value::Table(Table::new()))
+        .as_table_mut()
+        .ok_or_else(|| ConfigError::new(var, format!("`{key}` is not a table in the file")))
+}
+
+fn apply_env(table: &mut Table, var: &str, path: &str, raw: &str) -> Result<()> {
+    let parts: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
+    if parts.iter().any(String::is_empty) {
+        return Err(ConfigError::new(var, "has an empty segment"));
+    }
+    match parts.as_slice() {
+        [section, rest @ ..] if section == "channel" => {
+            let [entry, keys @ ..] = rest else {
+                return Err(ConfigError::new(var, "must be HERALD__CHANNEL__{index or name}__{key}"));
+            };
+            if keys.is_empty() {
+                return Err(ConfigError::new(var, "must be HERALD__CHANNEL__{index or name}__{key}"));
+            }
+            let channels = table
+                .entry("channel")
+                .or_insert_with(|| Value::Array(Vec::new()))
+                .as_array_mut()
+                .ok_or_else(|| ConfigError::new(var, "`channel` is not an array of tables in the file"))?;
+            let index = match entry.parse::<usize>() {
+                Ok(index) if index <= channels.len() => index,
+                Ok(_) => {
+                    return Err(ConfigError::new(
+                        var,
+                        format!(
+                            "there are {} [[channel]] entries; the next index is {}",
+                            channels.len(),
+                            channels.len()
+                        ),
+                    ))
+                }
+                Err(_) => channels
+                    .iter()
+                    .position(|c| c.get("name").and_then(Value::as_str) == Some(entry.as_str()))
+                    .ok_or_else(|| {
+                    ConfigError::new(var, format!("no [[channel]] is named `{entry}` (use an index to add one)"))
+                })?,
+            };
+            if index == channels.len() {
+                channels.push(Value::Table(Table::new()));
+            }
+            let mut target = channels[index]
+                .as_table_mut()
+                .ok_or_else(|| ConfigError::new(var, "the [[channel]] entry is not a table"))?;
+            let (last, middle) = keys.split_last().expect("checked non-empty");
+            for key in middle {
+                target = table_at(target, key, var)?;
+            }
+            target.insert(last.clone(), channel_value(raw));
+        }
+        [section, key] => {
+            let kind = kind_of(section, key)
+                .or_else(|| key.strip_suffix("_file").and_then(|_| (section == "keys").then_some(Kind::Str)))
+                .ok_or_else(|| ConfigError::new(var, format!("`{section}.{key}` is not a configuration key")))?;
+            let value = env_value(var, kind, raw)?;
+            table_at(table, section, var)?.insert(key.clone(), value);
+        }
+        _ => return Err(ConfigError::new(var, "must be HERALD__SECTION__KEY")),
+    }
+    Ok(())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDatabase {
+    url: Option<String>,
+    url_file: Option<PathBuf>,
+    max_connections: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    body_limit_bytes: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    service_tokens: Option<Vec<String>>,
+    service_tokens_file: Option<PathBuf>,
+    admin_tokens: Option<Vec<String>>,
+    admin_tokens_file: Option<PathBuf>,
+    user_token_secret: Option<String>,
+    user_token_secret_file: Option<PathBuf>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawWorker {
+    concurrency: Option<u32>,
+    lease_ms: Option<u64>,
+    batch: Option<u32>,
+    poll_ms: Option<u64>,
+    allow_lease_overlap: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    format: Option<LogFormat>,
+    level: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    database: RawDatabase,
+    #[serde(default)]
+    server: RawServer,
+    auth: Option<RawAuth>,
+    /// Parsed by hand: its keys are key ids.
+    keys: Option<Table>,
+    #[serde(default)]
+    worker: RawWorker,
+    #[serde(default)]
+    channel: Vec<Value>,
+    #[serde(default)]
+    log: RawLog,
+}
+
+fn read_secret_file(key: &str, path: &Path, base: &Path) -> Result<String> {
+    let path = if path.is_relative() { base.join(path) } else { path.to_owned() };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|error| ConfigError::new(key, format!("cannot read {}: {}", path.display(), error.kind())))?;
+    Ok(text.trim().to_owned())
+}
+
+/// A value given directly or as `<key>_file`, not both.
+fn secret(
+    section: &str,
+    key: &str,
+    direct: Option<String>,
+    file: Option<&Path>,
+    base: &Path,
+) -> Result<Option<String>> {
+    match (direct, file) {
+        (Some(_), Some(_)) => Err(ConfigError::new(
+            format!("{section}.{key}"),
+            format!("is given both directly and as {section}.{key}_file; give one"),
+        )),
+        (Some(value), None) => Ok(Some(value)),
+        (None, Some(path)) => read_secret_file(&format!("{section}.{key}_file"), path, base).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+fn tokens(key: &str, direct: Option<Vec<String>>, file: Option<&Path>, base: &Path) -> Result<Vec<SecretString>> {
+    let list = match (direct, file) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::new(
+                format!("auth.{key}"),
+                format!("is given both directly and as auth.{key}_file"),
+            ))
+        }
+        (Some(list), None) => list,
+        (None, Some(path)) => read_secret_file(&format!("auth.{key}_file"), path, base)?
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
+            .map(str::to_owned)
+            .collect(),
+        (None, None) => Vec::new(),
+    };
+    for (i, token) in list.iter().enumerate() {
+        if token.is_empty() {
+            return Err(ConfigError::new(format!("auth.{key}[{i}]"), "must not be empty"));
+        }
+        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ConfigError::new(format!("auth.{key}[{i}]"), "must not contain spaces or control characters"));
+        }
+    }
+    Ok(list.into_iter().map(SecretString::from).collect())
+}
+
+fn in_range<T: PartialOrd + fmt::Display + Copy>(key: &str, value: T, min: T, max: T) -> Result<T> {
+    if value < min || value > max {
+        Err(ConfigError::new(key, format!("must be between {min} and {max}")))
+    } else {
+        Ok(value)
+    }
+}
+
+impl RawAuth {
+    fn resolve(self, base: &Path) -> Result<AuthConfig> {
+        let service_tokens = tokens("service_tokens", self.service_tokens, self.service_tokens_file.as_deref(), base)?;
+        let admin_tokens = tokens("admin_tokens", self.admin_tokens, self.admin_tokens_file.as_deref(), base)?;
+        let both = service_tokens.iter().any(|s| admin_tokens.iter().any(|a| a.expose_secret() == s.expose_secret()));
+        if both {
+            return Err(ConfigError::new("auth.admin_tokens", "a token is also listed in auth.service_tokens"));
+        }
+        let secret =
+            secret("auth", "user_token_secret", self.user_token_secret, self.user_token_secret_file.as_deref(), base)?
+                .ok_or_else(|| ConfigError::new("auth.user_token_secret", "is required when [auth] is given"))?;
+        if secret.len() < MIN_USER_TOKEN_SECRET_BYTES {
+            return Err(ConfigError::new(
+                "auth.user_token_secret",
+                format!("must be at least {MIN_USER_TOKEN_SECRET_BYTES} bytes long"),
+            ));
+        }
+        Ok(AuthConfig { service_tokens, admin_tokens, user_token_secret: SecretString::from(secret) })
+    }
+}
+
+fn resolve_keys(mut table: Table, base: &Path) -> Result<KeysConfig> {
+    let current = match table.remove("current") {
+        Some(Value::String(current)) => current,
+        Some(_) => return Err(ConfigError::new("keys.current", "must be a string (a key id)")),
+        None => return Err(ConfigError::new("keys.current", "is required: the id of the key that encrypts")),
+    };
+    let mut keys: Vec<(String, SecretString)> = Vec::new();
+    for (name, value) in table {
+        let Value::String(text) = value else {
+            return Err(ConfigError::new(format!("keys.{name}"), "must be a string"));
+        };
+        let (id, key) = match name.strip_suffix("_file") {
+            Some(id) => (id.to_owned(), read_secret_file(&format!("keys.{name}"), Path::new(&text), base)?),
+            None => (name, text),
+        };
+        if keys.iter().any(|(known, _)| *known == id) {
+            return Err(ConfigError::new(
+                format!("keys.{id}"),
+                format!("is given both directly and as keys.{id}_file"),
+            ));
+        }
+        keys.push((id, SecretString::from(key)));
+    }
+    if keys.is_empty() {
+        return Err(ConfigError::new("keys", "has no key; add `ID = \"base64 of 32 bytes\"` (herald keys generate)"));
+    }
+    if !keys.iter().any(|(id, _)| *id == current) {
+        let ids: Vec<&str> = keys.iter().map(|(id, _)| id.as_str()).collect();
+        return Err(ConfigError::new(
+            "keys.current",
+            format!("names `{current}`, which is not among the keys ({})", ids.join(", ")),
+        ));
+    }
+    let config = KeysConfig { current, keys };
+    config.keyring()?;
+    Ok(config)
+}
+
+impl RawConfig {
+    fn resolve(self, base: &Path) -> Result<Config> {
+        let url = secret("database", "url", self.database.url, self.database.url_file.as_deref(), base)?;
+        if url.as_deref().is_some_and(|url| url.trim().is_empty()) {
+            return Err(ConfigError::new("database.url", "must not be empty"));
+        }
+        let max_connections = in_range(
+            "database.max_connections",
+            self.database.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            1,
+            1000,
+        )?;
+        let database = DatabaseConfig { url: url.map(SecretString::from), max_connections };
+
+        let listen = self.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listen = listen
+            .parse::<SocketAddr>()
+            .map_err(|_| ConfigError::new("server.listen", "must be an IP address and port, such as 127.0.0.1:8080"))?;
+        let body_limit_bytes = in_range(
+            "server.body_limit_bytes",
+            self.server.body_limit_bytes.unwrap_or(DEFAULT_BODY_LIMIT_BYTES),
+            1024,
+            16 * 1024 * 1024,
+        )?;
+        let server = ServerConfig { listen, body_limit_bytes };
+
+        let auth = self.auth.map(|auth| auth.resolve(base)).transpose()?;
+        let keys = self.keys.map(|keys| resolve_keys(keys, base)).transpose()?;
+
+        let w = self.worker;
+        let worker = WorkerSettings {
+            concurrency: in_range("worker.concurrency", w.concurrency.unwrap_or(DEFAULT_CONCURRENCY), 1, 1024)?,
+            lease_ms: in_range("worker.lease_ms", w.lease_ms.unwrap_or(DEFAULT_LEASE_MS), 100, 86_400_000)?,
+            batch: in_range("worker.batch", w.batch.unwrap_or(DEFAULT_BATCH), 1, 1000)?,
+            poll_ms: in_range("worker.poll_ms", w.poll_ms.unwrap_or(DEFAULT_POLL_MS), 1, 3_600_000)?,
+            allow_lease_overlap: w.allow_lease_overlap.unwrap_or(false),
+        };
+
+        let mut channels = Vec::with_capacity(self.channel.len());
+        let mut names = HashSet::new();
+        for (i, entry) in self.channel.into_iter().enumerate() {
+            let label = match entry.get("name").and_then(Value::as_str) {
+                Some(name) => format!("channel.{name}"),
+                None => format!("channel[{i}]"),
+            };
+            let channel: ChannelConfig = deserialize(entry, &label)?;
+            channel.validate().map_err(|error| ConfigError::new(error.key, error.reason))?;
+            if !names.insert(channel.name.clone()) {
+                return Err(ConfigError::new(
+                    format!("channel.{}.name", channel.name),
+                    "is used by more than one [[channel]]",
+                ));
+            }
+            let needed = channel.timeout_ms.saturating_add(LEASE_FINISH_MARGIN_MS);
+            if !worker.allow_lease_overlap && worker.lease_ms <= needed {
+                return Err(ConfigError::new(
+                    "worker.lease_ms",
+                    format!(
+                        "({} ms) must be longer than channel `{}`'s timeout_ms ({} ms) plus {LEASE_FINISH_MARGIN_MS} ms \
+                         to finish, so that no second worker claims a task while its call may still be running",
+                        worker.lease_ms, channel.name, channel.timeout_ms
+                    ),
+                ));
+            }
+            channels.push(channel);
+        }
+
+        let level = self.log.level.unwrap_or_else(|| "info".to_owned());
+        if tracing_subscriber::EnvFilter::try_new(&level).is_err() {
+            return Err(ConfigError::new(
+                "log.level",
+                "is not a valid filter such as `info` or `herald_app=debug,warn`",
+            ));
+        }
+        let log = LogConfig { format: self.log.format.unwrap_or_default(), level };
+
+        Ok(Config { database, server, auth, keys, worker, channels, log })
+    }
+}
+
+#[cfg(test)]
+mod tests;

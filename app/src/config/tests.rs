@@ -1,0 +1,306 @@
+//! Every refusal names its key; every override and `_file` form works.
+
+use super::*;
+
+fn key() -> String {
+    Keyring::generate_key().expose_secret().to_owned()
+}
+
+fn full() -> String {
+    format!(
+        r#"
+[database]
+url = "postgres://herald:pw@127.0.0.1:5432/herald"
+[server]
+listen = "127.0.0.1:9090"
+[auth]
+service_tokens = ["svc-1"]
+admin_tokens = ["adm-1"]
+user_token_secret = "0123456789abcdef0123"
+[keys]
+current = "k2"
+k1 = "{}"
+k2 = "{}"
+[worker]
+concurrency = 4
+lease_ms = 5000
+[[channel]]
+name = "push"
+kind = "webhook"
+url = "http://127.0.0.1:9001"
+timeout_ms = 400
+[log]
+format = "json"
+"#,
+        key(),
+        key()
+    )
+}
+
+fn load(text: &str, env: &[(&str, &str)]) -> Result<Config> {
+    Config::from_toml(text, env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())), Path::new("."))
+}
+
+#[track_caller]
+fn refused(text: &str, env: &[(&str, &str)], key: &str, reason_part: &str) {
+    match load(text, env) {
+        Ok(_) => panic!("accepted, expected an error about {key}"),
+        Err(error) => {
+            assert_eq!(error.key, key, "{error}");
+            assert!(error.reason.contains(reason_part), "{error} lacks {reason_part:?}");
+        }
+    }
+}
+
+#[test]
+fn a_full_file_loads_with_its_values_and_defaults() {
+    let config = load(&full(), &[]).expect("valid");
+    assert_eq!(config.server.listen, "127.0.0.1:9090".parse().unwrap());
+    assert_eq!(config.server.body_limit_bytes, 64 * 1024);
+    assert_eq!(config.database.max_connections, DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(
+        config.worker,
+        WorkerSettings { concurrency: 4, lease_ms: 5000, batch: 8, poll_ms: 1000, allow_lease_overlap: false }
+    );
+    assert_eq!(config.channels[0].name, "push");
+    assert_eq!(config.log, LogConfig { format: LogFormat::Json, level: "info".into() });
+    let auth = config.auth.as_ref().unwrap();
+    assert_eq!(auth.service_tokens.len(), 1);
+    assert_eq!(config.keys.as_ref().unwrap().keyring().unwrap().current_key_id(), "k2");
+}
+
+#[test]
+fn an_empty_configuration_has_the_documented_defaults() {
+    let config = load("", &[]).expect("valid");
+    assert_eq!(config.server.listen, DEFAULT_LISTEN.parse().unwrap());
+    assert!(config.database.url.is_none() && config.auth.is_none() && config.keys.is_none());
+    assert_eq!(config.worker.lease_ms, DEFAULT_LEASE_MS);
+    assert_eq!(
+        config.require_auth("serve").unwrap_err().to_string(),
+        "configuration: auth: is required by `herald serve`"
+    );
+    assert_eq!(config.require_keys("worker").unwrap_err().key, "keys");
+    assert_eq!(config.require_database_url("migrate").unwrap_err().key, "database.url");
+}
+
+#[test]
+fn unknown_keys_are_refused_by_name() {
+    refused("[worker]\nleases = 3\n", &[], "worker.leases", "unknown field `leases`");
+    refused("[serverr]\n", &[], "serverr", "unknown field `serverr`");
+    refused("[auth]\nuser_token_secret = \"0123456789abcdef\"\ntokens = []\n", &[], "auth.tokens", "unknown field");
+    let text = "[[channel]]\nname = \"push\"\nkind = \"webhook\"\nurl = \"http://x\"\ncolour = 1\n";
+    refused(text, &[], "channel.push.colour", "unknown field");
+}
+
+#[test]
+fn wrong_types_are_refused_without_quoting_the_value() {
+    let error = load("[worker]\nconcurrency = \"hunter2\"\n", &[]).unwrap_err();
+    assert_eq!(error.key, "worker.concurrency");
+    assert!(!error.to_string().contains("hunter2"), "{error}");
+    refused("[log]\nformat = \"xml\"\n", &[], "log.format", "human");
+    refused("[log]\nlevel = \"=[\"\n", &[], "log.level", "not a valid filter");
+}
+
+#[test]
+fn invalid_toml_names_the_line_not_the_content() {
+    let error = load("[database]\nurl = \"postgres://user:secretpw@host\n", &[]).unwrap_err();
+    assert_eq!(error.key, "file");
+    assert!(error.reason.contains("line 2"), "{error}");
+    assert!(!error.to_string().contains("secretpw"), "{error}");
+}
+
+#[test]
+fn ranges_are_enforced() {
+    refused("[worker]\nconcurrency = 0\n", &[], "worker.concurrency", "between 1 and 1024");
+    refused("[worker]\nbatch = 0\n", &[], "worker.batch", "between");
+    refused("[worker]\npoll_ms = 0\n", &[], "worker.poll_ms", "between");
+    refused("[worker]\nlease_ms = 10\n", &[], "worker.lease_ms", "between");
+    refused("[database]\nmax_connections = 0\n", &[], "database.max_connections", "between");
+    refused("[database]\nurl = \"\"\n", &[], "database.url", "must not be empty");
+    refused("[server]\nbody_limit_bytes = 10\n", &[], "server.body_limit_bytes", "between");
+    refused("[server]\nlisten = \"localhost\"\n", &[], "server.listen", "IP address and port");
+}
+
+#[test]
+fn the_lease_must_outlast_every_channel_timeout_plus_the_margin() {
+    let channel =
+        "[[channel]]\nname = \"sms\"\nkind = \"queryable\"\nurl = \"http://127.0.0.1:9002\"\ntimeout_ms = 4000\n";
+    refused(
+        &format!("[worker]\nlease_ms = 5000\n{channel}"),
+        &[],
+        "worker.lease_ms",
+        "channel `sms`'s timeout_ms (4000 ms)",
+    );
+    assert!(load(&format!("[worker]\nlease_ms = 5001\n{channel}"), &[]).is_ok());
+    // The test-only override reproduces overlap (P2).
+    assert!(load(&format!("[worker]\nlease_ms = 500\nallow_lease_overlap = true\n{channel}"), &[]).is_ok());
+}
+
+#[test]
+fn channel_names_are_unique_and_channel_errors_name_their_key() {
+    let one = "[[channel]]\nname = \"push\"\nkind = \"webhook\"\nurl = \"http://127.0.0.1:1\"\n";
+    refused(&format!("{one}{one}"), &[], "channel.push.name", "more than one");
+    refused("[[channel]]\nname = \"push\"\nkind = \"webhook\"\nurl = \"ftp://x\"\n", &[], "channel.push.url", "http");
+    refused("[[channel]]\nkind = \"webhook\"\nurl = \"http://x\"\n", &[], "channel[0]", "missing field `name`");
+    refused(
+        "[[channel]]\nname = \"p\"\nkind = \"fax\"\nurl = \"http://x\"\n",
+        &[],
+        "channel.p.kind",
+        "unknown variant",
+    );
+}
+
+#[test]
+fn keys_must_be_present_and_current_among_them() {
+    refused("[keys]\n", &[], "keys.current", "is required");
+    refused("[keys]\ncurrent = \"k1\"\n", &[], "keys", "has no key");
+    refused(&format!("[keys]\ncurrent = \"k9\"\nk1 = \"{}\"\n", key()), &[], "keys.current", "not among the keys (k1)");
+    refused("[keys]\ncurrent = \"k1\"\nk1 = \"c2hvcnQ=\"\n", &[], "keys", "32");
+    refused("[keys]\ncurrent = \"k1\"\nk1 = 5\n", &[], "keys.k1", "must be a string");
+}
+
+#[test]
+fn auth_tokens_and_secret_are_checked() {
+    let secret = "user_token_secret = \"0123456789abcdef\"\n";
+    refused(&format!("[auth]\nservice_tokens = [\"\"]\n{secret}"), &[], "auth.service_tokens[0]", "must not be empty");
+    refused(&format!("[auth]\nadmin_tokens = [\"a b\"]\n{secret}"), &[], "auth.admin_tokens[0]", "spaces");
+    refused(
+        &format!("[auth]\nservice_tokens = [\"same\"]\nadmin_tokens = [\"same\"]\n{secret}"),
+        &[],
+        "auth.admin_tokens",
+        "also listed",
+    );
+    refused("[auth]\n", &[], "auth.user_token_secret", "is required");
+    refused("[auth]\nuser_token_secret = \"short\"\n", &[], "auth.user_token_secret", "at least 16 bytes");
+}
+
+#[test]
+fn environment_overrides_every_section() {
+    let config = load(
+        &full(),
+        &[
+            ("HERALD__DATABASE__URL", "postgres://other/db"),
+            ("HERALD__WORKER__CONCURRENCY", "16"),
+            ("HERALD__WORKER__ALLOW_LEASE_OVERLAP", "true"),
+            ("HERALD__AUTH__ADMIN_TOKENS", "a1, a2,,"),
+            ("HERALD__AUTH__SERVICE_TOKENS", "[\"s1\",\"s2\",\"s3\"]"),
+            ("HERALD__SERVER__LISTEN", "0.0.0.0:80"),
+            ("HERALD__LOG__FORMAT", "human"),
+            ("HERALD__CHANNEL__0__TIMEOUT_MS", "250"),
+            ("HERALD__CHANNEL__PUSH__TEXT", "You have news"),
+            ("HERALD__CHANNEL__1__NAME", "sms"),
+            ("HERALD__CHANNEL__1__KIND", "queryable"),
+            ("HERALD__CHANNEL__1__URL", "http://127.0.0.1:9002"),
+            ("HERALD__CHANNEL__1__QUERY_CONSISTENCY", "immediate"),
+            ("HERALD__CHANNEL__1__DIGEST__INSTANT_PER_HOUR", "3"),
+            ("UNRELATED", "x"),
+        ],
+    )
+    .expect("valid");
+    assert_eq!(config.database.url.unwrap().expose_secret(), "postgres://other/db");
+    assert_eq!(config.worker.concurrency, 16);
+    assert!(config.worker.allow_lease_overlap);
+    let auth = config.auth.unwrap();
+    assert_eq!(auth.admin_tokens.iter().map(|t| t.expose_secret()).collect::<Vec<_>>(), ["a1", "a2"]);
+    assert_eq!(auth.service_tokens.len(), 3);
+    assert_eq!(config.server.listen.port(), 80);
+    assert_eq!(config.log.format, LogFormat::Human);
+    assert_eq!(config.channels[0].timeout_ms, 250);
+    assert_eq!(config.channels[0].text.as_deref(), Some("You have news"));
+    assert_eq!(config.channels[1].name, "sms");
+    assert_eq!(config.channels[1].digest.unwrap().instant_per_hour, 3);
+}
+
+#[test]
+fn environment_errors_name_the_variable() {
+    refused("", &[("HERALD__WORKER__LEASE_MS", "soon")], "HERALD__WORKER__LEASE_MS", "an integer");
+    refused(
+        "",
+        &[("HERALD__WORKER__ALLOW_LEASE_OVERLAP", "yes")],
+        "HERALD__WORKER__ALLOW_LEASE_OVERLAP",
+        "true or false",
+    );
+    refused("", &[("HERALD__AUTH__ADMIN_TOKENS", "[1]")], "HERALD__AUTH__ADMIN_TOKENS", "JSON array");
+    refused("", &[("HERALD__WORKER__LEASES", "1")], "HERALD__WORKER__LEASES", "not a configuration key");
+    refused("", &[("HERALD__NOPE__X", "1")], "HERALD__NOPE__X", "not a configuration key");
+    refused("", &[("HERALD__WORKER", "1")], "HERALD__WORKER", "HERALD__SECTION__KEY");
+    refused("", &[("HERALD__CHANNEL__3__URL", "http://x")], "HERALD__CHANNEL__3__URL", "next index is 0");
+    refused("", &[("HERALD__CHANNEL__PAGER__URL", "http://x")], "HERALD__CHANNEL__PAGER__URL", "no [[channel]]");
+    refused("", &[("HERALD__CHANNEL__0", "x")], "HERALD__CHANNEL__0", "HERALD__CHANNEL__");
+    // A value set from the environment and refused later says which variable set it.
+    refused("", &[("HERALD__WORKER__CONCURRENCY", "0")], "worker.concurrency", "between");
+    refused("", &[("HERALD__LOG__FORMAT", "xml")], "log.format", "(set by HERALD__LOG__FORMAT)");
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("herald-config-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn secrets_can_come_from_files() {
+    let dir = TempDir::new("files");
+    let k1 = key();
+    dir.write("k1.key", &format!("{k1}\n"));
+    dir.write("url", "postgres://from-file/db\n");
+    dir.write("secret", "0123456789abcdef-from-file\n");
+    dir.write("admins", "# admins\nadm-1\n\nadm-2\n");
+    let path = dir.write(
+        "herald.toml",
+        "[database]\nurl_file = \"url\"\n[auth]\nuser_token_secret_file = \"secret\"\nadmin_tokens_file = \"admins\"\n\
+         [keys]\ncurrent = \"k1\"\nk1_file = \"k1.key\"\n",
+    );
+    let config = Config::load(Some(&path), std::iter::empty()).expect("valid");
+    assert_eq!(config.database.url.unwrap().expose_secret(), "postgres://from-file/db");
+    let auth = config.auth.unwrap();
+    assert_eq!(auth.user_token_secret.expose_secret(), "0123456789abcdef-from-file");
+    assert_eq!(auth.admin_tokens.len(), 2);
+    let keys = config.keys.unwrap();
+    assert_eq!(keys.keys[0].1.expose_secret(), k1);
+
+    // A key file can also be named from the environment.
+    let config =
+        load("", &[("HERALD__KEYS__CURRENT", "k1"), ("HERALD__KEYS__K1_FILE", dir.0.join("k1.key").to_str().unwrap())])
+            .expect("valid");
+    assert_eq!(config.keys.unwrap().current, "k1");
+}
+
+#[test]
+fn file_errors_name_the_key() {
+    let dir = TempDir::new("errors");
+    let path = dir.write("a.toml", "[database]\nurl_file = \"missing\"\n");
+    let error = Config::load(Some(&path), std::iter::empty()).unwrap_err();
+    assert_eq!(error.key, "database.url_file");
+    assert!(error.reason.contains("cannot read"));
+    let path = dir.write("b.toml", "[database]\nurl = \"x\"\nurl_file = \"y\"\n");
+    assert_eq!(Config::load(Some(&path), std::iter::empty()).unwrap_err().key, "database.url");
+    let path = dir.write("c.toml", &format!("[keys]\ncurrent = \"k1\"\nk1 = \"{}\"\nk1_file = \"k\"\n", key()));
+    dir.write("k", &key());
+    assert_eq!(Config::load(Some(&path), std::iter::empty()).unwrap_err().key, "keys.k1");
+    let error = Config::load(Some(&dir.0.join("none.toml")), std::iter::empty()).unwrap_err();
+    assert!(error.reason.contains("cannot be read"), "{error}");
+}
+
+#[test]
+fn debug_output_holds_no_secret() {
+    let config = load(&full(), &[]).unwrap();
+    let text = format!("{config:?}");
+    assert!(!text.contains("pw@") && !text.contains("svc-1") && !text.contains("0123456789abcdef0123"), "{text}");
+}
