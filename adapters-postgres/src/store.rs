@@ -299,26 +299,28 @@ pub(crate) async fn claim_row(
                 return Ok(());
             }
             let lease_until = now + request.lease;
-            let attempt_no = task.last_attempt_no + 1;
-            let attempts_used = task.snapshot.attempt_count + 1;
-            let token: Uuid = sqlx::query_scalar(
+            // Counters are bumped by the statement itself rather than from the values read earlier, so
+            // the row stays consistent even for the unlocked negative-control claim.
+            let held = sqlx::query(
                 "UPDATE delivery_task SET state = 'SENDING', attempt_token = gen_random_uuid(), lease_owner = $3, \
-                 lease_until = $4, next_attempt_at = $4, attempt_count = $5, last_attempt_no = $6, \
-                 outcome_uncertain = $7, uncertain_since = $8, needs_review = false, updated_at = $9 \
-                 WHERE user_id = $1 AND id = $2 RETURNING attempt_token",
+                 lease_until = $4, next_attempt_at = $4, attempt_count = attempt_count + 1, \
+                 last_attempt_no = last_attempt_no + 1, outcome_uncertain = $5, uncertain_since = $6, \
+                 needs_review = false, updated_at = $7 \
+                 WHERE user_id = $1 AND id = $2 RETURNING attempt_token, attempt_count, last_attempt_no",
             )
             .bind(task.user_id.as_str())
             .bind(task.id.0)
             .bind(&request.worker)
             .bind(to_db(lease_until))
-            .bind(count_i32(attempts_used))
-            .bind(attempt_no)
             .bind(uncertain)
             .bind(opt_to_db(uncertain_since))
             .bind(to_db(now))
             .fetch_one(&mut *conn)
             .await
             .map_err(store_error)?;
+            let token: Uuid = held.try_get("attempt_token").map_err(store_error)?;
+            let attempts_used = count_u32(held.try_get("attempt_count").map_err(store_error)?);
+            let attempt_no: i32 = held.try_get("last_attempt_no").map_err(store_error)?;
             sqlx::query(
                 "INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, action, lease_owner, started_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",

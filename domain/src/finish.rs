@@ -174,7 +174,6 @@ mod tests {
         }
     }
 
-    #[allow(clippy::needless_pass_by_value)]
     fn run(ctx: &FinishContext, obs: Observation) -> Transition {
         finish(ctx, &obs, NOW, Jitter::NONE)
     }

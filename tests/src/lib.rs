@@ -1,1 +1,17 @@
-//! placeholder
+//! Test support for Herald's integration tests, multi-process tests and the evidence report.
+//!
+//! Everything here is real: each test gets a fresh PostgreSQL database (cloned from a migrated
+//! template), the channels are stand-in HTTP servers on loopback ports, and the worker is Herald's own.
+//! The reference cases of SPEC §10 live in [`cases`] as functions that return their [`Evidence`]; the
+//! `#[tokio::test]` wrappers assert it, and the `herald-evidence` binary prints it.
+
+pub mod cases;
+pub mod clock;
+pub mod db;
+pub mod evidence;
+pub mod world;
+
+pub use clock::ManualClock;
+pub use db::TestDb;
+pub use evidence::{Check, Evidence};
+pub use world::{ClockMode, World};
