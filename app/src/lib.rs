@@ -2,6 +2,7 @@
 //! PostgreSQL store and the channel adapters.
 
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod metrics;
 pub mod worker;
