@@ -21,38 +21,64 @@ use crate::Evidence;
 const HOUR: u64 = 3_600_000;
 
 /// NC3 (negative control): finishing by id only, without the token, lets a superseded holder's late
-/// TIMEOUT overwrite SENT with UNKNOWN. The fenced finish refuses the same record.
+/// TIMEOUT overwrite SENT with UNKNOWN. Before that, the fenced finish is shown refusing the same late
+/// record both while the newer holder is still in flight (only the token tells the two apart) and
+/// after it delivered.
 pub async fn nc3() -> anyhow::Result<Evidence> {
     let mut ev = Evidence::new("NC3", "negative control: finish by id only overwrites SENT");
     let world = World::new(ClockMode::Manual).await?;
     world.user("u1", &["push"]).await?;
     let created = world.submit("u1", "nc3", HOUR, None).await?;
     let task = created.tasks[0].task_id;
-    let request = ClaimRequest {
-        worker: "old-holder".into(),
+    let claim = |worker: &str| ClaimRequest {
+        worker: worker.into(),
         now: world.manual.read(),
         lease: Millis(10_000),
         limit: 1,
         channels: world.table(),
     };
-    let old = world.store.claim(&request).await?.claimed.pop().ok_or_else(|| anyhow::anyhow!("nothing claimed"))?;
-    // The old holder stalls past its lease; a newer worker takes over and delivers.
+    let old =
+        world.store.claim(&claim("old-holder")).await?.claimed.pop().ok_or_else(|| anyhow::anyhow!("no claim"))?;
+    // The old holder stalls past its lease; a newer holder takes over.
     world.advance(11_000);
-    world.worker("new-holder", 10_000).run_once().await?;
-    ev.eq("the newer holder delivered", TaskState::Sent, world.task(created.notification_id, task).await?.state);
-    let now = world.manual.read();
-    let late = FinishRecord {
-        task_id: task,
-        user_id: old.user_id.clone(),
-        token: old.token,
-        observation: Observation::Timeout,
-        detail: "timed out".into(),
-        transition: finish(&old.finish, &Observation::Timeout, now, Jitter::NONE),
-        now,
+    let new =
+        world.store.claim(&claim("new-holder")).await?.claimed.pop().ok_or_else(|| anyhow::anyhow!("no claim"))?;
+    let record = |holder: &herald_ports::ClaimedTask, observation: Observation| {
+        let now = world.manual.read();
+        FinishRecord {
+            task_id: task,
+            user_id: holder.user_id.clone(),
+            token: holder.token,
+            transition: finish(&holder.finish, &observation, now, Jitter::NONE),
+            observation,
+            detail: "test".into(),
+            now,
+        }
     };
-    ev.eq("fenced finish of the late observation", FinishResult::Stale, world.store.finish(&late).await?);
+    let late = record(&old, Observation::Timeout);
+    ev.eq("late finish while the newer holder is in flight", FinishResult::Stale, world.store.finish(&late).await?);
+    let (state, owner) = state_and_owner(&world, task).await?;
+    ev.eq(
+        "the newer holder still holds the task",
+        ("SENDING".to_owned(), Some("new-holder".to_owned())),
+        (state, owner),
+    );
+    let channel = world.registry.get(&"push".into()).ok_or_else(|| anyhow::anyhow!("push"))?;
+    let sent = channel
+        .send(&herald_ports::OutboundMessage {
+            reference: task.to_string(),
+            idempotency_key: herald_domain::IdempotencyKey::for_task(task),
+            destination: secrecy::SecretString::from(World::destination("u1", "push")),
+            text: "hello".into(),
+            ttl_seconds: 60,
+        })
+        .await;
+    let delivered = record(&new, sent.observation);
+    ev.eq("the newer holder's finish", FinishResult::Applied, world.store.finish(&delivered).await?);
+    ev.eq("delivered", TaskState::Sent, world.task(created.notification_id, task).await?.state);
+    ev.eq("late finish after delivery", FinishResult::Stale, world.store.finish(&late).await?);
     let view = world.task(created.notification_id, task).await?;
-    ev.eq("after the fenced finish: state", TaskState::Sent, view.state);
+    ev.eq("after the fenced finishes: state", TaskState::Sent, view.state);
     ev.eq("late observation kept", Some(Outcome::Timeout), view.attempts[0].late_outcome);
     herald_postgres::negative::finish_by_id_only(&world.store, &late).await?;
     let view = world.task(created.notification_id, task).await?;
