@@ -103,7 +103,7 @@ pub(crate) struct TaskRow {
 impl TaskRow {
     pub(crate) fn from_row(row: &PgRow) -> Result<TaskRow, StoreError> {
         let state: String = row.try_get("state").map_err(store_error)?;
-        let get = |e: sqlx::Error| store_error(e);
+        let get = store_error;
         Ok(TaskRow {
             id: TaskId(row.try_get("id").map_err(get)?),
             user_id: UserId(row.try_get("user_id").map_err(get)?),

@@ -167,18 +167,14 @@ async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) -> anyhow::
 
 /// Sleeps until the task's lease has ended by the database's clock.
 async fn wait_for_lease_end(world: &World, task: TaskId) -> anyhow::Result<()> {
-    let until: chrono_like::Millis = sqlx::query_scalar(
+    let remaining_ms: i64 = sqlx::query_scalar(
         "SELECT (extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint FROM delivery_task WHERE id = $1",
     )
     .bind(task.0)
     .fetch_one(world.store.pool())
     .await?;
-    tokio::time::sleep(Duration::from_millis(u64::try_from(until.max(0)).unwrap_or(0) + 50)).await;
+    tokio::time::sleep(Duration::from_millis(u64::try_from(remaining_ms).unwrap_or(0) + 50)).await;
     Ok(())
-}
-
-mod chrono_like {
-    pub type Millis = i64;
 }
 
 async fn state_and_owner(world: &World, task: TaskId) -> anyhow::Result<(String, Option<String>)> {
