@@ -27,6 +27,21 @@ fn without_position(message: &str) -> &str {
     }
 }
 
+/// serde quotes the value it did not expect (`invalid type: string "…", expected a boolean`). A value sent
+/// in the wrong field may still be a secret — a destination, a token — so only its kind is kept.
+fn without_value(message: &str) -> String {
+    for lead in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = message.strip_prefix(lead) {
+            let kind = rest.split(['`', '"', '\'', ',']).next().unwrap_or_default().trim();
+            return match rest.rsplit_once(", expected ") {
+                Some((_, expected)) => format!("{lead}{kind}, expected {expected}"),
+                None => format!("{lead}{kind}"),
+            };
+        }
+    }
+    message.to_owned()
+}
+
 /// Fields whose values are secrets: their decoding errors never quote what was sent.
 const SECRET_FIELDS: &[&str] = &["destination"];
 
@@ -52,7 +67,7 @@ pub(crate) fn field_error(path: &str, message: &str) -> FieldError {
     if SECRET_FIELDS.iter().any(|secret| field == *secret) {
         return FieldError::new(field, "must be a string");
     }
-    FieldError::new(field, message)
+    FieldError::new(field, without_value(message))
 }
 
 impl<T: DeserializeOwned> FromRequest<ApiState> for ApiJson<T> {
@@ -152,8 +167,20 @@ mod tests {
         assert_eq!(field_error("ttl", "unknown field `ttl`, expected one of `a`").field, "ttl");
         assert_eq!(field_error("digest", "missing field `every`").field, "digest.every");
         let e = field_error("ttl_seconds", "invalid type: string \"x\", expected u64 at line 1 column 20");
-        assert_eq!((e.field.as_str(), e.message.as_str()), ("ttl_seconds", "invalid type: string \"x\", expected u64"));
+        assert_eq!((e.field.as_str(), e.message.as_str()), ("ttl_seconds", "invalid type: string, expected u64"));
         assert_eq!(field_error("recipients[2]", "invalid type: integer `5`").field, "recipients[2]");
+    }
+
+    #[test]
+    fn no_decoding_error_quotes_the_value() {
+        let e = field_error("enabled", "invalid type: string \"dest, expected x\", expected a boolean");
+        assert_eq!(e.message, "invalid type: string, expected a boolean");
+        let e = field_error("ttl_seconds", "invalid value: integer `-5`, expected u64");
+        assert_eq!(e.message, "invalid value: integer, expected u64");
+        assert_eq!(
+            field_error("note", "invalid type: map, expected a string").message,
+            "invalid type: map, expected a string"
+        );
     }
 
     #[test]
