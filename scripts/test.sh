@@ -36,13 +36,19 @@ if [[ $targets == yes ]]; then
     exec cargo test "${scope[@]}" "$@"
 fi
 
+# Every test binary's summary goes to a log too, so the run can end with one total line.
+results="$(mktemp)"
+trap 'rm -f "$results"' EXIT
 rc=0
-cargo test "${scope[@]}" --all-targets "$@" || rc=$?
+set +e
+cargo test "${scope[@]}" --all-targets "$@" 2>&1 | tee "$results"
+rc=${PIPESTATUS[0]}
+set -e
 [[ $rc -eq 0 ]] || exit "$rc"
 
 # Doc tests (not part of --all-targets). A chosen package without a library has none; that is not a failure.
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$results"' EXIT
 set +e
 { cargo test "${scope[@]}" --doc "$@" 2>&1 1>&3 3>&- | tee "$log" >&2 3>&-; } 3>&1
 rc=${PIPESTATUS[0]}
@@ -51,4 +57,8 @@ if [[ $rc -ne 0 ]] && grep -q 'no library targets found' "$log"; then
     echo "test.sh: no library in the chosen packages, no doc tests to run" >&2
     rc=0
 fi
+cat "$log" >>"$results"
+# The total over every test binary and the doc tests, as one closing line.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "$results"
 exit "$rc"
