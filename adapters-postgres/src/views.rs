@@ -237,13 +237,20 @@ pub(crate) async fn inbox(pool: &PgPool, user: &UserId, limit: u32) -> Result<Ve
         });
     }
     let ids: Vec<i64> = items.iter().map(|i| i.notification_id.0).collect();
-    // Own tasks, plus the digest task each merged event joined.
+    // Own tasks, plus the digest task each merged event joined, each with its latest attempt's outcome
+    // (one index probe on (user_id, task_id, attempt_no) per task, in this one statement).
     let channel_rows = sqlx::query(
-        "SELECT t.notification_id, t.channel, t.state, t.needs_review, (t.digest_count IS NOT NULL) AS in_digest \
-         FROM delivery_task t WHERE t.user_id = $1 AND t.notification_id = ANY($2) \
+        "SELECT t.notification_id, t.channel, t.state, t.needs_review, (t.digest_count IS NOT NULL) AS in_digest, \
+                t.attempt_count, last.outcome AS last_outcome \
+         FROM delivery_task t \
+         LEFT JOIN LATERAL (SELECT a.outcome FROM delivery_attempt a WHERE a.user_id = t.user_id AND a.task_id = t.id \
+                            ORDER BY a.attempt_no DESC LIMIT 1) last ON true \
+         WHERE t.user_id = $1 AND t.notification_id = ANY($2) \
          UNION ALL \
-         SELECT m.notification_id, m.channel, d.state, d.needs_review, true \
+         SELECT m.notification_id, m.channel, d.state, d.needs_review, true, d.attempt_count, last.outcome \
          FROM digest_member m JOIN delivery_task d ON d.user_id = m.user_id AND d.id = m.digest_task_id \
+         LEFT JOIN LATERAL (SELECT a.outcome FROM delivery_attempt a WHERE a.user_id = d.user_id AND a.task_id = d.id \
+                            ORDER BY a.attempt_no DESC LIMIT 1) last ON true \
          WHERE m.user_id = $1 AND m.notification_id = ANY($2) \
          ORDER BY 1, 2",
     )
@@ -255,11 +262,14 @@ pub(crate) async fn inbox(pool: &PgPool, user: &UserId, limit: u32) -> Result<Ve
     let mut by_notification: HashMap<i64, Vec<InboxChannel>> = HashMap::new();
     for row in &channel_rows {
         let state: String = row.try_get("state").map_err(e)?;
+        let last_outcome: Option<String> = row.try_get("last_outcome").map_err(e)?;
         by_notification.entry(row.try_get("notification_id").map_err(e)?).or_default().push(InboxChannel {
             channel: ChannelName(row.try_get("channel").map_err(e)?),
             state: parse_code(&state)?,
             needs_review: row.try_get("needs_review").map_err(e)?,
             in_digest: row.try_get("in_digest").map_err(e)?,
+            last_outcome: last_outcome.as_deref().map(parse_code).transpose()?,
+            attempt_count: count_u32(row.try_get("attempt_count").map_err(e)?),
         });
     }
     for item in &mut items {

@@ -204,6 +204,11 @@ pub struct InboxChannel {
     pub needs_review: bool,
     /// The event's external prompt was merged into a digest task.
     pub in_digest: bool,
+    /// What the task's latest attempt observed; the inbox words for FAILED ("expired" or "failed") and
+    /// PENDING ("waiting to retry") depend on it, and carrying it here spares a read per item.
+    pub last_outcome: Option<Outcome>,
+    /// Attempts spent so far (a PENDING task with none is still "sending").
+    pub attempt_count: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

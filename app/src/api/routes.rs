@@ -5,7 +5,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use herald_domain::{ChannelName, NotificationId, Outcome, TaskId, TaskState, UserId};
-use herald_ports::{InboxChannel, InboxItem, NotificationView};
+use herald_ports::{InboxChannel, NotificationView};
 
 use super::auth::{Administrator, Caller, Submitter, UserAccess};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
@@ -191,38 +191,22 @@ pub async fn put_preference(
 }
 
 /// The words a user sees for one channel of an inbox item. SENT is "accepted by channel", never
-/// "delivered" (SPEC §1).
+/// "delivered" (SPEC §1). Everything it needs comes with the inbox row, so listing costs one read.
 #[must_use]
-pub fn status_text(channel: &InboxChannel, last_outcome: Option<Outcome>, attempted: bool) -> &'static str {
+pub fn status_text(channel: &InboxChannel) -> &'static str {
     if channel.in_digest {
         return "merged into a digest";
     }
     match channel.state {
         TaskState::Sent => "accepted by channel",
         TaskState::Suppressed => "not sent: channel off",
-        TaskState::Failed if matches!(last_outcome, Some(Outcome::TtlExpired)) => "expired",
+        TaskState::Failed if matches!(channel.last_outcome, Some(Outcome::TtlExpired)) => "expired",
         TaskState::Failed => "failed",
         TaskState::Unknown if channel.needs_review => "outcome unknown — under review",
         TaskState::Unknown => "waiting to retry",
-        TaskState::Pending if attempted => "waiting to retry",
+        TaskState::Pending if channel.attempt_count > 0 => "waiting to retry",
         TaskState::Pending | TaskState::Sending => "sending",
     }
-}
-
-/// Last outcome and whether any attempt was made, per channel, for items whose words depend on history.
-async fn history(state: &ApiState, item: &InboxItem) -> ApiResult<Vec<(ChannelName, Option<Outcome>, bool)>> {
-    let needs_history = item.channels.iter().any(|c| matches!(c.state, TaskState::Failed | TaskState::Pending));
-    if !needs_history {
-        return Ok(Vec::new());
-    }
-    let Some(view) = state.store.notification(item.notification_id).await? else {
-        return Ok(Vec::new());
-    };
-    Ok(view
-        .tasks
-        .iter()
-        .map(|t| (t.channel.clone(), t.attempts.last().and_then(|a| a.outcome), t.attempt_count > 0))
-        .collect())
 }
 
 /// A user's inbox, newest first, with each channel's state in words.
@@ -249,20 +233,13 @@ pub async fn get_inbox(
     let items = state.store.inbox(&UserId::new(user_id), limit).await?;
     let mut out = Vec::with_capacity(items.len());
     for item in &items {
-        let history = history(&state, item).await?;
         let channels = item
             .channels
             .iter()
-            .map(|c| {
-                let (last, attempted) = history
-                    .iter()
-                    .find(|(name, _, _)| *name == c.channel)
-                    .map_or((None, false), |(_, last, attempted)| (*last, *attempted));
-                InboxChannelBody {
-                    channel: c.channel.to_string(),
-                    state: c.state.to_string(),
-                    status_text: status_text(c, last, attempted).to_owned(),
-                }
+            .map(|c| InboxChannelBody {
+                channel: c.channel.to_string(),
+                state: c.state.to_string(),
+                status_text: status_text(c).to_owned(),
             })
             .collect::<Vec<_>>();
         out.push(InboxItemBody {

@@ -513,6 +513,8 @@ async fn inbox_words_and_in_app_only() {
                     state: TaskState::Sent,
                     needs_review: false,
                     in_digest: false,
+                    last_outcome: Some(herald_domain::Outcome::Accepted),
+                    attempt_count: 1,
                 }],
             },
             herald_ports::InboxItem {
@@ -535,21 +537,28 @@ async fn inbox_words_and_in_app_only() {
 #[test]
 fn status_texts() {
     use herald_domain::Outcome;
-    let ch = |state, needs_review, in_digest| InboxChannel { channel: "push".into(), state, needs_review, in_digest };
+    let ch = |state, needs_review, in_digest, last_outcome, attempt_count| InboxChannel {
+        channel: "push".into(),
+        state,
+        needs_review,
+        in_digest,
+        last_outcome,
+        attempt_count,
+    };
     let cases = [
-        (ch(TaskState::Sent, false, false), None, false, "accepted by channel"),
-        (ch(TaskState::Suppressed, false, false), None, false, "not sent: channel off"),
-        (ch(TaskState::Failed, false, false), Some(Outcome::Rejected), true, "failed"),
-        (ch(TaskState::Failed, false, false), Some(Outcome::TtlExpired), false, "expired"),
-        (ch(TaskState::Unknown, true, false), Some(Outcome::Timeout), true, "outcome unknown — under review"),
-        (ch(TaskState::Unknown, false, false), Some(Outcome::Timeout), true, "waiting to retry"),
-        (ch(TaskState::Pending, false, false), Some(Outcome::RetryableReject), true, "waiting to retry"),
-        (ch(TaskState::Pending, false, false), None, false, "sending"),
-        (ch(TaskState::Sending, false, false), None, true, "sending"),
-        (ch(TaskState::Pending, false, true), None, false, "merged into a digest"),
+        (ch(TaskState::Sent, false, false, Some(Outcome::Accepted), 1), "accepted by channel"),
+        (ch(TaskState::Suppressed, false, false, Some(Outcome::PrefDisabled), 0), "not sent: channel off"),
+        (ch(TaskState::Failed, false, false, Some(Outcome::Rejected), 1), "failed"),
+        (ch(TaskState::Failed, false, false, Some(Outcome::TtlExpired), 0), "expired"),
+        (ch(TaskState::Unknown, true, false, Some(Outcome::Timeout), 1), "outcome unknown — under review"),
+        (ch(TaskState::Unknown, false, false, Some(Outcome::Timeout), 1), "waiting to retry"),
+        (ch(TaskState::Pending, false, false, Some(Outcome::RetryableReject), 1), "waiting to retry"),
+        (ch(TaskState::Pending, false, false, None, 0), "sending"),
+        (ch(TaskState::Sending, false, false, None, 1), "sending"),
+        (ch(TaskState::Pending, false, true, None, 0), "merged into a digest"),
     ];
-    for (channel, last, attempted, text) in cases {
-        assert_eq!(routes::status_text(&channel, last, attempted), text, "{channel:?}");
+    for (channel, text) in cases {
+        assert_eq!(routes::status_text(&channel), text, "{channel:?}");
     }
 }
 
