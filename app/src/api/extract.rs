@@ -49,7 +49,11 @@ const SECRET_FIELDS: &[&str] = &["destination"];
 pub(crate) fn field_error(path: &str, message: &str) -> FieldError {
     let message = without_position(message);
     let prefix = if path == "." { String::new() } else { format!("{path}.") };
-    for (lead, text) in [("missing field `", "is required"), ("unknown field `", "is not a known field")] {
+    for (lead, text) in [
+        ("missing field `", "is required"),
+        ("unknown field `", "is not a known field"),
+        ("duplicate field `", "is given twice"),
+    ] {
         if let Some(rest) = message.strip_prefix(lead) {
             if let Some((name, _)) = rest.split_once('`') {
                 // The path of an unknown field already ends with it; that of a missing one does not.
@@ -139,7 +143,18 @@ where
     }
 }
 
-/// Query parameters; one that does not parse is a 422 problem.
+/// Names the parameter of a query-string decoding error. axum's text is
+/// `Failed to deserialize query string: {parameter}: {message}` (the parameter path comes from
+/// serde_path_to_error); when it is not, the whole query string is named.
+fn query_error(text: &str) -> FieldError {
+    let detail = text.strip_prefix("Failed to deserialize query string: ").unwrap_or(text);
+    match detail.split_once(": ") {
+        Some((path, message)) if !path.is_empty() && !path.contains(' ') => field_error(path, message),
+        _ => FieldError::new("query", without_value(detail)),
+    }
+}
+
+/// Query parameters; one that does not parse is a 422 problem naming it.
 #[derive(Debug)]
 pub struct ApiQuery<T>(pub T);
 
@@ -152,7 +167,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
         match Query::<T>::from_request_parts(parts, state).await {
             Ok(Query(value)) => Ok(ApiQuery(value)),
-            Err(rejection) => Err(Problem::validation(vec![FieldError::new("query", rejection.body_text())])),
+            Err(rejection) => Err(Problem::validation(vec![query_error(&rejection.body_text())])),
         }
     }
 }
@@ -169,6 +184,16 @@ mod tests {
         let e = field_error("ttl_seconds", "invalid type: string \"x\", expected u64 at line 1 column 20");
         assert_eq!((e.field.as_str(), e.message.as_str()), ("ttl_seconds", "invalid type: string, expected u64"));
         assert_eq!(field_error("recipients[2]", "invalid type: integer `5`").field, "recipients[2]");
+        assert_eq!(field_error(".", "duplicate field `user_id` at line 1 column 30").field, "user_id");
+    }
+
+    #[test]
+    fn query_errors_name_their_parameter() {
+        let e = query_error("Failed to deserialize query string: limit: invalid digit found in string");
+        assert_eq!((e.field.as_str(), e.message.as_str()), ("limit", "invalid digit found in string"));
+        let e = query_error("Failed to deserialize query string: limt: unknown field `limt`, expected `limit`");
+        assert_eq!((e.field.as_str(), e.message.as_str()), ("limt", "is not a known field"));
+        assert_eq!(query_error("something else entirely").field, "query");
     }
 
     #[test]

@@ -80,6 +80,11 @@ impl Errors {
                 self.add("body", format!("must be at most {MAX_BODY_BYTES} bytes (UTF-8)"));
                 None
             }
+            // Line breaks are fine in a body; NUL is not storable as PostgreSQL text.
+            Some(body) if body.contains('\0') => {
+                self.add("body", "must not contain NUL characters");
+                None
+            }
             Some(body) => Some(body),
         }
     }

@@ -161,6 +161,9 @@ pub async fn put_preference(
             errors.add("destination", "must not be empty");
         } else if text.chars().count() > MAX_DESTINATION_CHARS {
             errors.add("destination", format!("must be at most {MAX_DESTINATION_CHARS} characters"));
+        } else if text.chars().any(char::is_control) {
+            // No address, number or channel code has one; a stray one would only fail at the channel.
+            errors.add("destination", "must not contain control characters");
         }
     }
     if request.enabled.is_none() {
