@@ -5,6 +5,7 @@
 //! The reference cases of SPEC §10 live in [`cases`] as functions that return their [`Evidence`]; the
 //! `#[tokio::test]` wrappers assert it, and the `herald-evidence` binary prints it.
 
+pub mod api;
 pub mod cases;
 pub mod clock;
 pub mod db;

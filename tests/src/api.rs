@@ -1,0 +1,271 @@
+//! Herald's real HTTP API over a [`World`]: the router `herald serve` builds, with the world's PostgreSQL
+//! store, channel registry, keyring and clock, served on a loopback port and called with reqwest.
+//!
+//! Tests call it as a client would — bearer tokens, JSON bodies, status codes, problem documents — so
+//! what they check is the contract of SPEC §11, not the handlers' internals.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use herald_app::api::{self, ApiState, Authenticator, Readiness};
+use herald_ports::{NotificationStore, PreferenceStore};
+use metrics_exporter_prometheus::PrometheusHandle;
+use reqwest::header::{HeaderMap, CONTENT_TYPE};
+use reqwest::{Method, StatusCode};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::world::World;
+
+/// The service token the test API accepts (may submit).
+pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
+/// The admin token the test API accepts (review, resolve, any user).
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+const USER_TOKEN_SECRET: &str = "test user token secret, long enough";
+
+/// The process-wide Prometheus handle. A process can install one recorder only, so every test of a
+/// binary that wants `/metrics` to render must get its handle here.
+///
+/// # Panics
+/// When another recorder was installed without this function.
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| herald_app::metrics::install().expect("the only metrics recorder of this process")).clone()
+}
+
+/// Ready when the database answers and is migrated, as `herald serve` judges it.
+struct StoreReadiness(herald_postgres::PgStore);
+
+#[async_trait]
+impl Readiness for StoreReadiness {
+    async fn check(&self) -> Result<(), String> {
+        if !self.0.ping().await {
+            return Err("the database does not answer".into());
+        }
+        if !self.0.is_migrated().await {
+            return Err("the database is not migrated".into());
+        }
+        Ok(())
+    }
+}
+
+/// A running API server and a client for it. Stops when dropped.
+pub struct Api {
+    /// `http://127.0.0.1:{port}`.
+    pub base: String,
+    pub client: reqwest::Client,
+    auth: Arc<Authenticator>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// One answer, read whole.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub text: String,
+}
+
+impl Answer {
+    /// The body as JSON.
+    ///
+    /// # Panics
+    /// When it is not JSON.
+    #[must_use]
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+
+    /// The `Content-Type` essence (before any `;`).
+    #[must_use]
+    pub fn content_type(&self) -> String {
+        let value = self.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        value.split(';').next().unwrap_or("").trim().to_owned()
+    }
+
+    /// Asserts a JSON success answer with `status` and returns the document.
+    ///
+    /// # Panics
+    /// When the status or the content type differ.
+    pub fn ok(&self, status: StatusCode) -> Value {
+        assert_eq!(self.status, status, "{}", self.text);
+        assert_eq!(self.content_type(), "application/json", "{}", self.text);
+        self.json()
+    }
+
+    /// Asserts an RFC 9457 problem document with `status` (type, title, status, detail present, the
+    /// media type `application/problem+json`) and returns it.
+    ///
+    /// # Panics
+    /// When it is not.
+    pub fn problem(&self, status: StatusCode) -> Value {
+        assert_eq!(self.status, status, "{}", self.text);
+        assert_eq!(self.content_type(), "application/problem+json", "{}", self.text);
+        let doc = self.json();
+        assert_eq!(doc["status"], status.as_u16(), "{}", self.text);
+        for member in ["type", "title", "detail"] {
+            assert!(doc[member].as_str().is_some_and(|s| !s.is_empty()), "problem without {member}: {}", self.text);
+        }
+        doc
+    }
+
+    /// Asserts a problem document with `status` whose `errors` name `field`; returns that field's message.
+    ///
+    /// # Panics
+    /// When it does not name the field.
+    pub fn field_problem(&self, status: StatusCode, field: &str) -> String {
+        let doc = self.problem(status);
+        let errors = doc["errors"].as_array().unwrap_or_else(|| panic!("no errors member: {}", self.text));
+        let found = errors.iter().find(|e| e["field"] == field);
+        let found = found.unwrap_or_else(|| panic!("no error names {field}: {}", self.text));
+        found["message"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+impl Api {
+    /// Serves Herald's router over `world` on 127.0.0.1 at a free port, with the default body limit.
+    ///
+    /// # Errors
+    /// When no port can be bound.
+    pub async fn start(world: &World) -> anyhow::Result<Api> {
+        Self::start_with_limit(world, api::DEFAULT_BODY_LIMIT).await
+    }
+
+    /// As [`Api::start`], with a body limit of `body_limit` bytes.
+    ///
+    /// # Errors
+    /// When no port can be bound.
+    pub async fn start_with_limit(world: &World, body_limit: usize) -> anyhow::Result<Api> {
+        let auth = Arc::new(Authenticator::new(
+            &[SecretString::from(SERVICE_TOKEN)],
+            &[SecretString::from(ADMIN_TOKEN)],
+            SecretString::from(USER_TOKEN_SECRET),
+        ));
+        let store: Arc<dyn NotificationStore> = world.store.clone();
+        let prefs: Arc<dyn PreferenceStore> = world.store.clone();
+        let state = ApiState {
+            store,
+            prefs,
+            registry: world.registry.clone(),
+            cipher: world.cipher.clone(),
+            clock: world.clock.clone(),
+            auth: auth.clone(),
+            channels: Arc::new(world.table()),
+            readiness: Arc::new(StoreReadiness(world.db.store.clone())),
+            metrics: Some(metrics_handle()),
+            body_limit,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let router = api::router(state);
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(error) = api::serve(listener, router, shutdown, Duration::from_secs(1)).await {
+                eprintln!("test API stopped: {error}");
+            }
+        });
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+        Ok(Api { base, client, auth, stop: Some(stop) })
+    }
+
+    /// The bearer token bound to `user`.
+    #[must_use]
+    pub fn user_token(&self, user: &str) -> String {
+        self.auth.user_token(user).expose_secret().to_owned()
+    }
+
+    /// A request with an optional bearer token and an optional JSON body.
+    ///
+    /// # Panics
+    /// When the server cannot be reached.
+    pub async fn call(&self, method: Method, path: &str, token: Option<&str>, body: Option<&Value>) -> Answer {
+        let bytes = body.map(|b| (b.to_string().into_bytes(), "application/json"));
+        self.raw(method, path, token, bytes).await
+    }
+
+    /// A request with a raw body and its content type.
+    ///
+    /// # Panics
+    /// When the server cannot be reached.
+    pub async fn raw(&self, method: Method, path: &str, token: Option<&str>, body: Option<(Vec<u8>, &str)>) -> Answer {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some((bytes, content_type)) = body {
+            request = request.header(CONTENT_TYPE, content_type).body(bytes);
+        }
+        let response = request.send().await.unwrap_or_else(|e| panic!("{path}: {e}"));
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap_or_else(|e| panic!("{path}: body: {e}"));
+        Answer { status, headers, text }
+    }
+
+    /// `GET` with a token.
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Answer {
+        self.call(Method::GET, path, token, None).await
+    }
+
+    /// `POST` of a JSON body with a token.
+    pub async fn post(&self, path: &str, token: Option<&str>, body: &Value) -> Answer {
+        self.call(Method::POST, path, token, Some(body)).await
+    }
+
+    /// `PUT` of a JSON body with a token.
+    pub async fn put(&self, path: &str, token: Option<&str>, body: &Value) -> Answer {
+        self.call(Method::PUT, path, token, Some(body)).await
+    }
+}
+
+/// What a request could have written: row counts of every table the API writes, and a fingerprint of
+/// the task states and preference versions (a refused resolve or preference change updates rows, it
+/// does not add them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub notification: i64,
+    pub inbox_item: i64,
+    pub delivery_task: i64,
+    pub delivery_attempt: i64,
+    pub channel_pref: i64,
+    pub fingerprint: String,
+}
+
+impl Written {
+    /// Reads the counts now.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn now(world: &World) -> anyhow::Result<Written> {
+        let count = |table: &str| format!("SELECT count(*) FROM {table}");
+        let fingerprint: Option<String> = sqlx::query_scalar(
+            "SELECT concat_ws('|', \
+               (SELECT string_agg(id || ':' || state || ':' || needs_review, ',' ORDER BY id) FROM delivery_task), \
+               (SELECT string_agg(user_id || '/' || channel || ':' || version || ':' || enabled, ',' \
+                  ORDER BY user_id, channel) FROM channel_pref))",
+        )
+        .fetch_one(world.db.store.pool())
+        .await?;
+        Ok(Written {
+            notification: world.db.count(&count("notification")).await?,
+            inbox_item: world.db.count(&count("inbox_item")).await?,
+            delivery_task: world.db.count(&count("delivery_task")).await?,
+            delivery_attempt: world.db.count(&count("delivery_attempt")).await?,
+            channel_pref: world.db.count(&count("channel_pref")).await?,
+            fingerprint: fingerprint.unwrap_or_default(),
+        })
+    }
+}
