@@ -7,8 +7,8 @@
 
 use std::fmt;
 
+use herald_domain::{default_guard, RefusalProof, RetryPolicy};
 use herald_domain::{ChannelContract, ChannelKind, ChannelRules, DigestRule, Millis, Policy, QueryConsistency};
-use herald_domain::{RefusalProof, RetryPolicy};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
@@ -54,6 +54,10 @@ pub struct ChannelConfig {
     /// Global egress interval; absent means the kind's default, see [`ChannelConfig::min_interval_ms`].
     #[serde(default)]
     pub min_interval_ms: Option<u64>,
+    /// Egress guard; absent means the domain's default (a tenth of the interval, at most 1 s), see
+    /// [`ChannelConfig::egress_guard_ms`].
+    #[serde(default)]
+    pub egress_guard_ms: Option<u64>,
     #[serde(default)]
     pub digest: Option<DigestSetting>,
     /// Privacy-safe text sent instead of the body; see [`ChannelConfig::text`].
@@ -163,6 +167,7 @@ impl ChannelConfig {
             refusal_5xx: RefusalProof::BeforeAcceptance,
             query_consistency: QueryConsistency::Immediate,
             min_interval_ms: None,
+            egress_guard_ms: None,
             digest: None,
             text: None,
             max_response_bytes: None,
@@ -209,6 +214,10 @@ impl ChannelConfig {
                 return err("digest.window_secs", "must be at least 1");
             }
         }
+        // A zero guard would give every slot back: no worker reads the clock and sends in no time at all.
+        if self.egress_guard_ms == Some(0) && self.min_interval_ms() > 0 {
+            return err("egress_guard_ms", "must be at least 1 when the channel has an egress interval");
+        }
         if self.text.as_deref().is_some_and(|text| text.trim().is_empty()) {
             return err("text", "must not be empty");
         }
@@ -225,6 +234,13 @@ impl ChannelConfig {
             ChannelKind::Miaotixing => MIAOTIXING_MIN_INTERVAL_MS,
             ChannelKind::Webhook | ChannelKind::Queryable => 0,
         })
+    }
+
+    /// The effective egress guard: how late after its claim a worker may still use its egress slot. The
+    /// configured one, else the domain's default for the effective interval.
+    #[must_use]
+    pub fn egress_guard_ms(&self) -> u64 {
+        self.egress_guard_ms.unwrap_or_else(|| default_guard(Millis(self.min_interval_ms())).0)
     }
 
     /// The effective privacy-safe text: the configured one, else a fixed text for Miaotixing (a
@@ -252,6 +268,7 @@ impl ChannelConfig {
             retry: RetryPolicy::new(self.max_attempts, Millis(self.retry_base_ms), Millis(self.retry_cap_ms)),
             policy: Policy::Safe,
             min_interval: Millis(self.min_interval_ms()),
+            egress_guard: Millis(self.egress_guard_ms()),
             digest: self.digest.map(|digest| DigestRule {
                 instant_per_window: digest.instant_per_hour,
                 window: Millis::from_secs(digest.window_secs.unwrap_or(DEFAULT_DIGEST_WINDOW_SECS)),

@@ -70,6 +70,7 @@ fn miaotixing_defaults_to_ten_seconds_and_a_privacy_safe_text() {
     config.validate().expect("valid");
     assert_eq!(config.min_interval_ms(), 10_000);
     assert_eq!(config.rules().min_interval, Millis(10_000));
+    assert_eq!(config.rules().egress_guard, Millis(1_000), "default guard: a tenth, at most 1 s");
     assert_eq!(config.text(), Some(MIAOTIXING_DEFAULT_TEXT));
     assert_eq!(config.rules().contract.capability, Capability::Neither);
 }
@@ -131,6 +132,13 @@ fn each_validation_error_names_its_key() {
     );
     invalid(|c| c.text = Some("  ".into()), "channel.push.text");
     invalid(|c| c.max_response_bytes = Some(0), "channel.push.max_response_bytes");
+    invalid(
+        |c| {
+            c.min_interval_ms = Some(300);
+            c.egress_guard_ms = Some(0);
+        },
+        "channel.push.egress_guard_ms",
+    );
 }
 
 #[test]

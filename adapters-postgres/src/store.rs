@@ -13,7 +13,7 @@ use herald_domain::{
     Timestamp, Transition, UserId,
 };
 use herald_ports::store::{
-    ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, FinishRecord, FinishResult, InboxItem,
+    ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, FinishRecord, FinishResult, GiveBack, InboxItem,
     NewNotification, NotificationStore, NotificationView, ResolveError, Resolved, Settled, StoreError, TaskSummary,
     TaskView,
 };
@@ -198,9 +198,10 @@ async fn expire_holder(conn: &mut PgConnection, task: &TaskRow, now: Timestamp) 
     Ok(u32::try_from(done.rows_affected()).unwrap_or(0))
 }
 
-/// Locks the channel's egress row and decides whether a call may leave at `now`; records the call when
-/// it may. Channels without an interval skip the lock entirely.
-async fn egress(
+/// Locks the channel's egress row and decides whether a call may be reserved at `now`; records the
+/// reservation when it may. Channels without an interval skip the lock entirely. The row is the one
+/// place every worker process (and the test send) meets, so the interval holds across all of them.
+pub(crate) async fn egress(
     conn: &mut PgConnection,
     channel: &ChannelName,
     rules: &ChannelRules,
@@ -220,7 +221,7 @@ async fn egress(
             .fetch_one(&mut *conn)
             .await
             .map_err(store_error)?;
-    let decision = decide_egress(opt_from_db(last), rules.min_interval, now);
+    let decision = decide_egress(opt_from_db(last), rules.min_interval, rules.egress_guard, now);
     if decision == EgressDecision::Go {
         sqlx::query("UPDATE channel_egress SET last_call_at = $2 WHERE channel = $1")
             .bind(channel.as_str())
@@ -385,6 +386,22 @@ const FINISH_QUERY: &str = "WITH held AS ( \
      WHERE user_id = $1 AND attempt_token = $3 \
      RETURNING EXISTS (SELECT 1 FROM held)";
 
+/// Takes back an attempt whose holder missed its egress slot (SPEC §7), fenced like the finish: while
+/// the token still holds the task, the task returns to its claim-time knowledge with the attempt count
+/// and number undone, and the attempt row goes — no call was made, and attempt rows record calls and
+/// decisions, not slots that went unused. All data-modifying parts of one statement see one snapshot, so
+/// the row is deleted exactly when the task was held.
+const GIVE_BACK_QUERY: &str = "WITH held AS ( \
+       UPDATE delivery_task SET state = $4, outcome_uncertain = $5, needs_review = false, next_attempt_at = $6, \
+         uncertain_since = $7, last_error = $8, attempt_token = NULL, lease_owner = NULL, lease_until = NULL, \
+         attempt_count = attempt_count - 1, last_attempt_no = last_attempt_no - 1, updated_at = $9 \
+       WHERE user_id = $1 AND id = $2 AND state = 'SENDING' AND attempt_token = $3 \
+       RETURNING id), \
+     gone AS ( \
+       DELETE FROM delivery_attempt WHERE user_id = $1 AND attempt_token = $3 AND EXISTS (SELECT 1 FROM held) \
+       RETURNING id) \
+     SELECT EXISTS (SELECT 1 FROM held)";
+
 #[async_trait]
 impl NotificationStore for PgStore {
     #[tracing::instrument(skip_all, fields(user_id = %new.user_id))]
@@ -496,6 +513,37 @@ impl NotificationStore for PgStore {
             Some(false) => Ok(FinishResult::Stale),
             None => Err(StoreError::Unknown(anyhow::anyhow!("no attempt row for the finishing token"))),
         }
+    }
+
+    #[tracing::instrument(skip_all, fields(task_id = %record.task_id))]
+    async fn give_back(&self, record: &GiveBack) -> Result<FinishResult, StoreError> {
+        let t = &record.transition;
+        let held: bool = sqlx::query_scalar(GIVE_BACK_QUERY)
+            .bind(record.user_id.as_str())
+            .bind(record.task_id.0)
+            .bind(record.token.0)
+            .bind(t.state.as_str())
+            .bind(t.outcome_uncertain)
+            .bind(opt_to_db(t.next_attempt_at))
+            .bind(opt_to_db(t.uncertain_since))
+            .bind(t.reason)
+            .bind(to_db(record.now))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(if held { FinishResult::Applied } else { FinishResult::Stale })
+    }
+
+    async fn reserve_egress(
+        &self,
+        channel: &ChannelName,
+        rules: &ChannelRules,
+        now: Timestamp,
+    ) -> Result<EgressDecision, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(store_error)?;
+        let decision = egress(&mut tx, channel, rules, now).await?;
+        tx.commit().await.map_err(store_error)?;
+        Ok(decision)
     }
 
     #[tracing::instrument(skip_all, fields(task_id = %task))]

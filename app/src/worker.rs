@@ -7,12 +7,14 @@
 //! processes against one database.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use herald_domain::classify::Classified;
-use herald_domain::{finish, Action, IdempotencyKey, Jitter, Millis, Observation, TaskId, TaskState};
-use herald_ports::store::ChannelTable;
+use herald_domain::{
+    finish, give_back, slot_kept, Action, IdempotencyKey, Jitter, Millis, Observation, TaskId, TaskState,
+};
+use herald_ports::store::{ChannelTable, GiveBack};
 use herald_ports::{
     ChannelRegistry, ClaimRequest, ClaimedTask, Clock, DestinationCipher, FinishRecord, FinishResult,
     NotificationStore, OutboundMessage, StoreError,
@@ -92,6 +94,9 @@ impl Worker {
     /// when another claim takes over and treats the attempt as uncertain — nothing is lost.
     #[tracing::instrument(skip_all, fields(worker = %self.config.id))]
     pub async fn run_once(&self) -> Result<Cycle, StoreError> {
+        // Taken before the clock is read, so the time from the claim's `now` to each call is never
+        // under-estimated (the egress guard, SPEC §7).
+        let clock_read = Instant::now();
         let now = self.clock.now().await?;
         let request = ClaimRequest {
             worker: self.config.id.clone(),
@@ -110,7 +115,7 @@ impl Worker {
             });
         }
         reports.extend(batch.deferred.iter().map(|&task| Report::Deferred(task)));
-        let finished = join_all(batch.claimed.into_iter().map(|task| self.call_and_finish(task))).await;
+        let finished = join_all(batch.claimed.into_iter().map(|task| self.call_and_finish(task, clock_read))).await;
         for report in finished {
             reports.push(report?);
         }
@@ -167,8 +172,10 @@ impl Worker {
     }
 
     #[tracing::instrument(skip_all, fields(task_id = %task.task_id, attempt = task.attempt_no, channel = %task.channel))]
-    async fn call_and_finish(&self, task: ClaimedTask) -> Result<Report, StoreError> {
-        let classified = self.call(&task).await;
+    async fn call_and_finish(&self, task: ClaimedTask, clock_read: Instant) -> Result<Report, StoreError> {
+        let Some(classified) = self.call(&task, clock_read).await else {
+            return self.give_back(&task).await;
+        };
         let now = self.clock.now().await?;
         let transition = finish(&task.finish, &classified.observation, now, Jitter::from_bits(rand::random()));
         let report = report_for(task.task_id, &transition);
@@ -193,31 +200,56 @@ impl Worker {
         }
     }
 
-    /// Calls the channel; never fails — problems before the call are observations too.
-    async fn call(&self, task: &ClaimedTask) -> Classified {
+    /// The attempt of a holder that missed its egress slot goes back to the task unspent (SPEC §7).
+    async fn give_back(&self, task: &ClaimedTask) -> Result<Report, StoreError> {
+        let now = self.clock.now().await?;
+        let record = GiveBack {
+            task_id: task.task_id,
+            user_id: task.user_id.clone(),
+            token: task.token,
+            transition: give_back(task.finish.prior_uncertain, task.finish.uncertain_since, now),
+            now,
+        };
+        match self.store.give_back(&record).await? {
+            FinishResult::Applied => {
+                tracing::info!("egress slot missed; not called, attempt given back");
+                Ok(Report::Deferred(task.task_id))
+            }
+            FinishResult::Stale => Ok(Report::Stale(task.task_id)),
+        }
+    }
+
+    /// Calls the channel; never fails — problems before the call are observations too. `None`: not
+    /// called because more than the channel's egress guard has passed since `clock_read` (the claim's
+    /// egress reservation is only good for that long).
+    async fn call(&self, task: &ClaimedTask, clock_read: Instant) -> Option<Classified> {
         let Some(channel) = self.channels.get(&task.channel) else {
             // Only configured channels are claimed; a registry without it is a wiring bug. Nothing was sent.
-            return Classified {
+            return Some(Classified {
                 observation: Observation::RetryableReject { retry_after: None },
                 detail: "channel not configured in this worker".into(),
-            };
+            });
         };
+        let rules = channel.rules();
         let reference = task.task_id.to_string();
         if task.action == Action::Query {
-            return channel.query(&reference).await;
+            if !slot_kept(rules.min_interval, rules.egress_guard, clock_read.elapsed()) {
+                return None;
+            }
+            return Some(channel.query(&reference).await);
         }
         let Some(stored) = task.destination.as_deref() else {
-            return Classified { observation: Observation::Rejected, detail: "no destination configured".into() };
+            return Some(Classified { observation: Observation::Rejected, detail: "no destination configured".into() });
         };
         let destination = match self.cipher.decrypt(&task.user_id, &task.channel, stored) {
             Ok(destination) => destination,
             Err(error) => {
                 // Not sent. Retryable: loading the missing key fixes it.
                 tracing::error!(error = %error, "cannot decrypt destination");
-                return Classified {
+                return Some(Classified {
                     observation: Observation::RetryableReject { retry_after: None },
                     detail: format!("not sent: {error}"),
-                };
+                });
             }
         };
         let ttl_left = task.expires_at.since(task.finish.attempt_started_at);
@@ -228,7 +260,10 @@ impl Worker {
             text: channel.outbound_text(&task.body, task.digest_count),
             ttl_seconds: ttl_left.as_millis().div_ceil(1000).max(1),
         };
-        channel.send(&message).await
+        if !slot_kept(rules.min_interval, rules.egress_guard, clock_read.elapsed()) {
+            return None;
+        }
+        Some(channel.send(&message).await)
     }
 }
 
@@ -270,6 +305,7 @@ mod tests {
             retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
             policy: Policy::Safe,
             min_interval: Millis::ZERO,
+            egress_guard: Millis::ZERO,
             digest: None,
         }
     }

@@ -91,6 +91,9 @@ pub struct ChannelRules {
     pub policy: Policy,
     /// Global egress interval: minimum time between two actual calls, across all workers (SPEC §7).
     pub min_interval: Millis,
+    /// How late after its claim's `now` a holder may still use its egress slot; reservations are spaced
+    /// `min_interval + egress_guard` apart so actual calls keep `min_interval` (see `egress`).
+    pub egress_guard: Millis,
     /// Instant prompts per rolling window before events are merged into a digest.
     pub digest: Option<crate::digest::DigestRule>,
 }

@@ -1,29 +1,85 @@
-//! The global egress interval of a channel (SPEC §7): at most one actual call per interval, across all
-//! workers and processes. The store keeps the last call time of each channel in a row it locks in the
-//! claim transaction; this function only decides.
+//! The global egress interval of a channel (SPEC §7): actual calls at least `min_interval` apart, across
+//! all workers and processes.
+//!
+//! The store keeps each channel's latest *reservation* in a row it locks in the claim transaction; these
+//! functions only decide. A reservation is made at the claim's `now`, but the real call leaves a little
+//! later (commit, decrypt, connect) by a delay δ that varies from call to call, so reservations spaced by
+//! exactly the interval could produce two real calls closer than it by δ₁ − δ₂. Hence two rules that
+//! together make the interval hold for the calls themselves:
+//!
+//! * reservations are spaced `min_interval + guard` apart ([`decide_egress`]);
+//! * a holder calls only while `δ ≤ guard`, measured on its own monotonic clock from just before it read
+//!   `now` to just before it sends ([`slot_kept`]); a later holder does not call and gives its attempt
+//!   back ([`give_back`]), spending no budget.
+//!
+//! With reservations `r₁ < r₂`, `r₂ − r₁ ≥ I + G` and delays `δᵢ ∈ [0, G]`, the calls `aᵢ = rᵢ + δᵢ` satisfy
+//! `a₂ − a₁ ≥ I + G − G = I`. What the guard cannot cover is time spent after the check inside the
+//! transport (connecting, a TLS handshake) when it varies between calls.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::task::{TaskSnapshot, TaskState, Transition};
 use crate::time::{Millis, Timestamp};
 
+/// The largest default guard: enough for a slow commit and connect, small next to Miaotixing's 10 s.
+pub const MAX_DEFAULT_GUARD: Millis = Millis(1_000);
+
+/// The guard of a channel that configures none: a tenth of the interval, at most one second. Zero for a
+/// channel without an interval, which never reserves anything.
+#[must_use]
+pub fn default_guard(min_interval: Millis) -> Millis {
+    Millis((min_interval.0 / 10).min(MAX_DEFAULT_GUARD.0))
+}
+
 /// Whether a call may leave now.
 #[must_use = "an egress decision does nothing until it is acted on"]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EgressDecision {
-    /// Call now, and record `now` as the channel's last call.
+    /// Call now, and record `now` as the channel's latest reservation.
     Go,
     /// Do not call; move the task's `next_attempt_at` to this time. Spends no attempt.
     DeferUntil(Timestamp),
 }
 
-/// Decides whether a call may happen at `now`, given the channel's last call time.
-pub fn decide_egress(last_call_at: Option<Timestamp>, min_interval: Millis, now: Timestamp) -> EgressDecision {
-    match last_call_at {
-        Some(last) if min_interval > Millis::ZERO && now < last + min_interval => {
-            EgressDecision::DeferUntil(last + min_interval)
-        }
+/// Decides whether a call may be reserved at `now`, given the channel's latest reservation: only when
+/// `now` is at least `min_interval + guard` after it. A `now` earlier than the latest reservation (a
+/// worker that read the clock before another one reserved) also waits, so reservations only move forward.
+pub fn decide_egress(
+    last_reservation: Option<Timestamp>,
+    min_interval: Millis,
+    guard: Millis,
+    now: Timestamp,
+) -> EgressDecision {
+    if min_interval == Millis::ZERO {
+        return EgressDecision::Go;
+    }
+    match last_reservation {
+        Some(last) if now < last + (min_interval + guard) => EgressDecision::DeferUntil(last + (min_interval + guard)),
         _ => EgressDecision::Go,
+    }
+}
+
+/// Whether a holder that reserved a slot may still use it, `since_clock_read` after it started reading
+/// the `now` its reservation was made at. Channels without an interval always may.
+#[must_use]
+pub fn slot_kept(min_interval: Millis, guard: Millis, since_clock_read: Duration) -> bool {
+    min_interval == Millis::ZERO || since_clock_read <= Duration::from_millis(guard.0)
+}
+
+/// The task after a holder missed its egress slot and did not call: due again at once (its next claim
+/// reserves a new slot), with the knowledge it had when it was claimed. The store also takes the attempt
+/// back, so the budget stays what it was: no call, no attempt.
+pub fn give_back(prior_uncertain: bool, uncertain_since: Option<Timestamp>, now: Timestamp) -> Transition {
+    Transition {
+        state: if prior_uncertain { TaskState::Unknown } else { TaskState::Pending },
+        outcome_uncertain: prior_uncertain,
+        needs_review: false,
+        next_attempt_at: Some(now),
+        uncertain_since,
+        provider_msg_id: None,
+        reason: Some("not sent: egress slot missed; no attempt spent"),
     }
 }
 
@@ -54,14 +110,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ten_second_interval_defers_the_second_call() {
+    fn ten_second_interval_defers_the_second_call_by_interval_plus_guard() {
         let interval = Millis(10_000);
-        assert_eq!(decide_egress(None, interval, Timestamp(0)), EgressDecision::Go);
+        let guard = default_guard(interval);
+        assert_eq!(guard, Millis(1_000));
+        assert_eq!(decide_egress(None, interval, guard, Timestamp(0)), EgressDecision::Go);
         assert_eq!(
-            decide_egress(Some(Timestamp(0)), interval, Timestamp(9_999)),
-            EgressDecision::DeferUntil(Timestamp(10_000))
+            decide_egress(Some(Timestamp(0)), interval, guard, Timestamp(9_999)),
+            EgressDecision::DeferUntil(Timestamp(11_000))
         );
-        assert_eq!(decide_egress(Some(Timestamp(0)), interval, Timestamp(10_000)), EgressDecision::Go);
-        assert_eq!(decide_egress(Some(Timestamp(0)), Millis::ZERO, Timestamp(0)), EgressDecision::Go);
+        assert_eq!(
+            decide_egress(Some(Timestamp(0)), interval, guard, Timestamp(10_999)),
+            EgressDecision::DeferUntil(Timestamp(11_000))
+        );
+        assert_eq!(decide_egress(Some(Timestamp(0)), interval, guard, Timestamp(11_000)), EgressDecision::Go);
+        assert_eq!(decide_egress(Some(Timestamp(0)), Millis::ZERO, Millis::ZERO, Timestamp(0)), EgressDecision::Go);
+    }
+
+    #[test]
+    fn a_clock_read_before_the_latest_reservation_waits() {
+        let decision = decide_egress(Some(Timestamp(5_000)), Millis(300), Millis(30), Timestamp(4_000));
+        assert_eq!(decision, EgressDecision::DeferUntil(Timestamp(5_330)));
+    }
+
+    #[test]
+    fn default_guard_is_a_tenth_capped_at_one_second() {
+        assert_eq!(default_guard(Millis::ZERO), Millis::ZERO);
+        assert_eq!(default_guard(Millis(300)), Millis(30));
+        assert_eq!(default_guard(Millis(60_000)), Millis(1_000));
+    }
+
+    #[test]
+    fn slot_is_kept_only_within_the_guard() {
+        let (interval, guard) = (Millis(300), Millis(30));
+        assert!(slot_kept(interval, guard, Duration::from_millis(30)));
+        assert!(!slot_kept(interval, guard, Duration::from_micros(30_001)));
+        assert!(slot_kept(Millis::ZERO, Millis::ZERO, Duration::from_secs(60)), "no interval, no guard");
+    }
+
+    #[test]
+    fn giving_back_keeps_the_knowledge_and_is_due_at_once() {
+        let t = give_back(false, None, Timestamp(7));
+        assert_eq!(
+            (t.state, t.outcome_uncertain, t.needs_review, t.next_attempt_at),
+            (TaskState::Pending, false, false, Some(Timestamp(7)))
+        );
+        let t = give_back(true, Some(Timestamp(3)), Timestamp(7));
+        assert_eq!((t.state, t.outcome_uncertain, t.uncertain_since), (TaskState::Unknown, true, Some(Timestamp(3))));
+        assert!(!t.is_parked());
     }
 }

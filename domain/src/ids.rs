@@ -101,6 +101,13 @@ impl IdempotencyKey {
         IdempotencyKey(format!("ntf-{}", task.0))
     }
 
+    /// The key of a settings-page test send: its own reference (`test-…`), which can never equal a
+    /// task's `ntf-…` key, so a test prompt is never mistaken for a replay of a real one.
+    #[must_use]
+    pub fn for_test_send(reference: &str) -> Self {
+        IdempotencyKey(reference.to_owned())
+    }
+
     #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0

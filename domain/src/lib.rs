@@ -25,7 +25,7 @@ pub mod time;
 pub use claim::{choose_action, decide_claim, ClaimContext, ClaimDecision, ParkReason};
 pub use contract::{Capability, ChannelContract, ChannelKind, ChannelRules, Policy, QueryConsistency, RefusalProof};
 pub use digest::{decide_digest, DigestDecision, DigestRule, OpenDigest};
-pub use egress::{decide_egress, deferral, EgressDecision};
+pub use egress::{decide_egress, default_guard, deferral, give_back, slot_kept, EgressDecision};
 pub use finish::{finish, FinishContext};
 pub use ids::{AttemptToken, ChannelName, EventKey, IdempotencyKey, NotificationId, TaskId, ThreadKey, UserId};
 pub use resolve::{resolve_manually, FinalState, NotParked};

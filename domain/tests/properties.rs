@@ -11,13 +11,15 @@
 use herald_domain::claim::{decide_claim, ClaimContext, ClaimDecision};
 use herald_domain::contract::{Capability, Policy, QueryConsistency};
 use herald_domain::digest::{decide_digest, DigestDecision, DigestRule, OpenDigest};
-use herald_domain::egress::{decide_egress, deferral, EgressDecision};
+use herald_domain::egress::{decide_egress, default_guard, deferral, give_back, slot_kept, EgressDecision};
 use herald_domain::finish::{finish, FinishContext};
 use herald_domain::ids::TaskId;
 use herald_domain::resolve::{resolve_manually, FinalState};
 use herald_domain::retry::{Jitter, RetryPolicy};
 use herald_domain::task::{Action, Observation, Outcome, TaskSnapshot, TaskState, Transition};
 use herald_domain::time::{Millis, Timestamp};
+use std::time::Duration;
+
 use proptest::prelude::*;
 
 const LEASE: Millis = Millis(1_000);
@@ -491,21 +493,22 @@ proptest! {
         prop_assert_eq!(instants.len() + counted as usize, gaps.len());
     }
 
-    /// P-egress: for any schedule of workers wanting to call, two actual calls on one channel are never
-    /// closer than the channel's interval; deferred calls happen later, none is lost.
+    /// P-egress (decision): for any schedule of workers wanting to call, two reservations on one channel
+    /// are never closer than interval + guard; deferred calls happen later, none is lost.
     #[test]
     fn p_egress_calls_keep_the_interval(interval in 0u64..20_000, wants in prop::collection::vec(0i64..120_000, 1..40)) {
         let interval = Millis(interval);
+        let guard = default_guard(interval);
         let mut queue: Vec<Timestamp> = wants.iter().map(|&t| Timestamp(t)).collect();
         let mut calls: Vec<Timestamp> = Vec::new();
         let mut last = None;
-        let mut guard = 0;
+        let mut rounds = 0;
         while !queue.is_empty() {
-            guard += 1;
-            prop_assert!(guard < 10_000, "deferrals must converge");
+            rounds += 1;
+            prop_assert!(rounds < 10_000, "deferrals must converge");
             queue.sort();
             let now = queue.remove(0);
-            match decide_egress(last, interval, now) {
+            match decide_egress(last, interval, guard, now) {
                 EgressDecision::Go => {
                     calls.push(now);
                     last = Some(now);
@@ -519,6 +522,58 @@ proptest! {
         prop_assert_eq!(calls.len(), wants.len());
         for pair in calls.windows(2) {
             prop_assert!(pair[1].since(pair[0]) >= interval, "{:?} then {:?}", pair[0], pair[1]);
+        }
+    }
+
+    /// P-egress (actual calls): workers read the clock, claim in any order (a later reader may lock the
+    /// egress row first), and send after a variable delay; a holder later than the guard does not call
+    /// and gives its attempt back. Then the *actual* call times are never closer than the interval, no
+    /// call is lost, and a given-back attempt spends no budget.
+    #[test]
+    fn p_egress_actual_calls_keep_the_interval_despite_delays(
+        interval in 1u64..20_000,
+        guard_override in prop::option::of(1u64..2_000),
+        wants in prop::collection::vec((0i64..120_000, 0u64..3_000, 0u64..3_000), 1..40),
+    ) {
+        let interval = Millis(interval);
+        let guard = guard_override.map_or_else(|| default_guard(interval), Millis).max(Millis(1));
+        // (commit time of the claim, the `now` it read, delay read→claim, delay claim→send, attempts spent)
+        let mut claims: Vec<(Timestamp, Timestamp, u64, u64, u32)> =
+            wants.iter().map(|&(t, to_claim, to_send)| (Timestamp(t) + Millis(to_claim), Timestamp(t), to_claim, to_send, 0)).collect();
+        let mut calls: Vec<Timestamp> = Vec::new();
+        let mut last = None;
+        let mut rounds = 0;
+        while !claims.is_empty() {
+            rounds += 1;
+            prop_assert!(rounds < 100_000, "deferrals and give-backs must converge");
+            claims.sort_by_key(|c| c.0);
+            let (_, now, to_claim, to_send, spent) = claims.remove(0);
+            match decide_egress(last, interval, guard, now) {
+                EgressDecision::Go => {
+                    last = Some(now);
+                    let delay = to_claim + to_send;
+                    let sent_at = now + Millis(delay);
+                    // The worker measures from just before reading `now` to just before sending.
+                    if slot_kept(interval, guard, Duration::from_millis(delay)) {
+                        calls.push(sent_at);
+                        prop_assert_eq!(spent, 0, "a given-back attempt spent budget");
+                    } else {
+                        // Given back: due at once, read again later; slower processes eventually keep up.
+                        let t = give_back(false, None, sent_at);
+                        prop_assert_eq!(t.next_attempt_at, Some(sent_at));
+                        claims.push((sent_at + Millis(to_claim / 2), sent_at, to_claim / 2, to_send / 2, spent));
+                    }
+                }
+                EgressDecision::DeferUntil(until) => {
+                    prop_assert!(until > now);
+                    claims.push((until + Millis(to_claim), until, to_claim, to_send, spent));
+                }
+            }
+        }
+        prop_assert_eq!(calls.len(), wants.len());
+        calls.sort();
+        for pair in calls.windows(2) {
+            prop_assert!(pair[1].since(pair[0]) >= interval, "actual calls {:?} then {:?}", pair[0], pair[1]);
         }
     }
 }

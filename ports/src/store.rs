@@ -6,6 +6,7 @@
 //! computed with `herald_domain::finish`, fenced by the attempt token.
 
 use async_trait::async_trait;
+use herald_domain::egress::EgressDecision;
 use herald_domain::finish::FinishContext;
 use herald_domain::resolve::FinalState;
 use herald_domain::{
@@ -129,6 +130,17 @@ pub struct FinishRecord {
     pub observation: Observation,
     /// A short, secret-free explanation.
     pub detail: String,
+    pub transition: Transition,
+    pub now: Timestamp,
+}
+
+/// A claimed attempt whose holder did not call because it missed its egress slot (SPEC §7): the store
+/// takes the attempt back and stores `transition` (from `herald_domain::give_back`), fenced by the token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GiveBack {
+    pub task_id: TaskId,
+    pub user_id: UserId,
+    pub token: AttemptToken,
     pub transition: Transition,
     pub now: Timestamp,
 }
@@ -259,6 +271,20 @@ pub trait NotificationStore: Send + Sync {
     /// same token); otherwise records the observation as the attempt's `late_outcome` and returns
     /// [`FinishResult::Stale`] without touching the task.
     async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError>;
+
+    /// SPEC §7: while the attempt still holds the task, stores the give-back transition and removes the
+    /// attempt (no call was made, so no budget is spent and no attempt row stays); otherwise changes
+    /// nothing and returns [`FinishResult::Stale`].
+    async fn give_back(&self, record: &GiveBack) -> Result<FinishResult, StoreError>;
+
+    /// SPEC §7, §9: reserves an egress slot of `channel` at `now` for a call that belongs to no task (the
+    /// settings page's test send), through the same per-channel row and decision as a claim.
+    async fn reserve_egress(
+        &self,
+        channel: &ChannelName,
+        rules: &ChannelRules,
+        now: Timestamp,
+    ) -> Result<EgressDecision, StoreError>;
 
     /// SPEC §3/§6: the human exit; succeeds only from parked, once.
     async fn resolve_manually(

@@ -8,6 +8,7 @@ pub mod extract;
 pub mod model;
 pub mod problem;
 pub mod routes;
+pub mod test_send;
 
 #[cfg(test)]
 mod tests;
@@ -95,6 +96,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/notifications/{id}", get(routes::get_notification))
         .route("/v1/events", post(routes::submit_event))
         .route("/v1/users/{user_id}/channels/{channel}", put(routes::put_preference))
+        .route("/v1/users/{user_id}/channels/{channel}/test", post(test_send::test_send))
+        .route("/v1/users/{user_id}/channels/{channel}/confirm", post(test_send::confirm))
         .route("/v1/users/{user_id}/inbox", get(routes::get_inbox))
         .route("/v1/review", get(routes::list_review))
         .route("/v1/tasks/{task_id}/resolve", post(routes::resolve_task))
@@ -167,6 +170,8 @@ impl utoipa::Modify for SecurityAddon {
         routes::submit_event,
         routes::get_notification,
         routes::put_preference,
+        test_send::test_send,
+        test_send::confirm,
         routes::get_inbox,
         routes::list_review,
         routes::resolve_task,

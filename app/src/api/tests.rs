@@ -35,6 +35,7 @@ fn rules() -> ChannelRules {
         retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
         policy: Policy::Safe,
         min_interval: Millis::ZERO,
+        egress_guard: Millis::ZERO,
         digest: None,
     }
 }

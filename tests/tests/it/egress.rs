@@ -1,1 +1,200 @@
-//! Integration tests: egress.
+//! The global egress interval (SPEC §7): held by the `channel_egress` row across workers and processes;
+//! a cycle that may not call yet only moves `next_attempt_at`; a holder that missed its slot (more than
+//! the guard after its claim's `now`) does not call and gives its attempt back; no budget is spent.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use herald_app::worker::{Report, Worker, WorkerConfig};
+use herald_domain::{Millis, TaskState, Timestamp};
+use herald_ports::{Clock, StoreError};
+use herald_tests::clock::ManualClock;
+use herald_tests::world::{ClockMode, World, T0};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+const HOUR: u64 = 3_600_000;
+
+/// Two recipients on a 10 s channel: the second call waits for interval + guard (11 s), moved only
+/// in `next_attempt_at`, with no attempt spent, and happens once the clock gets there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_cycle_only_moves_next_attempt_at() {
+    let world = World::with(ClockMode::Manual, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = Some(10_000);
+    })
+    .await
+    .expect("world");
+    world.user("a", &["miao"]).await.expect("a");
+    world.user("b", &["miao"]).await.expect("b");
+    let first = world.submit("a", "e1", HOUR, None).await.expect("submit a");
+    let second = world.submit("b", "e1", HOUR, None).await.expect("submit b");
+    let worker = world.worker("w1", 60_000);
+
+    let cycle = worker.run_once().await.expect("cycle");
+    assert_eq!(world.miao.requests(), 1, "one call in the first interval: {cycle:?}");
+    assert_eq!(cycle.iter().filter(|r| matches!(r, Report::Deferred(_))).count(), 1, "{cycle:?}");
+    let mut views = Vec::new();
+    for created in [&first, &second] {
+        views.push(world.task(created.notification_id, created.tasks[0].task_id).await.expect("view"));
+    }
+    let deferred = views.iter().find(|v| v.state == TaskState::Pending).expect("one deferred task");
+    assert_eq!(deferred.attempt_count, 0, "a deferral spends no budget");
+    assert!(deferred.attempts.is_empty(), "a deferral writes no attempt");
+    assert_eq!(deferred.next_attempt_at, Some(T0 + Millis(11_000)), "interval 10 s + default guard 1 s");
+
+    world.advance(10_999);
+    assert!(worker.run_once().await.expect("cycle").is_empty(), "not due before interval + guard");
+    world.advance(1);
+    let cycle = worker.run_once().await.expect("cycle");
+    assert!(matches!(cycle.as_slice(), [Report::Sent(_)]), "{cycle:?}");
+    assert_eq!(world.miao.requests(), 2);
+    for created in [&first, &second] {
+        let view = world.task(created.notification_id, created.tasks[0].task_id).await.expect("view");
+        assert_eq!((view.state, view.attempt_count), (TaskState::Sent, 1));
+    }
+}
+
+/// A clock whose reading takes `delay` to come back, like a database clock under load: the worker's
+/// measurement starts before the read, so the slot is already older than the guard when it would send.
+struct SlowClock {
+    inner: Arc<ManualClock>,
+    delay: Duration,
+}
+
+#[async_trait]
+impl Clock for SlowClock {
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        let now = self.inner.read();
+        tokio::time::sleep(self.delay).await;
+        Ok(now)
+    }
+}
+
+/// A holder later than the guard does not call: the attempt is given back (no attempt row, no budget
+/// spent, task due again), and a timely holder then sends once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_missed_its_slot_does_not_call_and_spends_nothing() {
+    let world = World::with(ClockMode::Manual, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = Some(10_000);
+        miao.egress_guard_ms = Some(100);
+    })
+    .await
+    .expect("world");
+    world.user("a", &["miao"]).await.expect("a");
+    let created = world.submit("a", "e1", HOUR, None).await.expect("submit");
+    let task = created.tasks[0].task_id;
+    let slow = Worker::new(
+        world.store.clone(),
+        world.registry.clone(),
+        world.cipher.clone(),
+        Arc::new(SlowClock { inner: world.manual.clone(), delay: Duration::from_millis(250) }),
+        WorkerConfig { id: "slow".into(), lease: Millis(60_000), batch: 8, idle_poll: Duration::from_millis(20) },
+    );
+
+    let cycle = slow.run_once().await.expect("cycle");
+    assert_eq!(cycle, vec![Report::Deferred(task)], "given back, not called");
+    assert_eq!(world.miao.requests(), 0, "the channel was not called");
+    let view = world.task(created.notification_id, task).await.expect("view");
+    assert_eq!((view.state, view.attempt_count), (TaskState::Pending, 0), "no budget spent");
+    assert!(view.attempts.is_empty(), "no attempt row stays for a call that was not made");
+    assert_eq!(view.next_attempt_at, Some(T0), "due again at once");
+    assert!(view.last_error.as_deref().is_some_and(|e| e.contains("egress slot missed")), "{:?}", view.last_error);
+
+    // The slot the slow holder reserved is spent: the next call waits for interval + guard after it.
+    let timely = world.worker("timely", 60_000);
+    let cycle = timely.run_once().await.expect("cycle");
+    assert_eq!(cycle, vec![Report::Deferred(task)], "the missed slot still counts");
+    world.advance(10_100);
+    let cycle = timely.run_once().await.expect("cycle");
+    assert_eq!(cycle, vec![Report::Sent(task)]);
+    let view = world.task(created.notification_id, task).await.expect("view");
+    assert_eq!((view.state, view.attempt_count, view.attempts.len()), (TaskState::Sent, 1, 1));
+    assert_eq!(world.miao.sends(), 1);
+}
+
+/// Several worker processes drain eight tasks on a Miaotixing-kind channel with a 300 ms interval
+/// (default guard 30 ms), all judged by the database clock. The actual calls, as the stand-in saw them
+/// arrive on its monotonic clock, are never closer than the interval, and no deferral or give-back
+/// spent budget: every task is SENT with exactly one attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_interval_holds_across_worker_processes() {
+    const INTERVAL_MS: u64 = 300;
+    const TASKS: usize = 8;
+    const PROCESSES: usize = 3;
+    let world = World::with(ClockMode::Database, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = Some(INTERVAL_MS);
+    })
+    .await
+    .expect("world");
+    let mut created = Vec::new();
+    for n in 0..TASKS {
+        let user = format!("u{n}");
+        world.user(&user, &["miao"]).await.expect("user");
+        created.push(world.submit(&user, "e1", HOUR, None).await.expect("submit"));
+    }
+
+    let mut children = Vec::new();
+    for p in 0..PROCESSES {
+        let child = Command::new(env!("CARGO_BIN_EXE_herald-test-worker"))
+            .args([
+                world.db.url.as_str(),
+                &world.push.base_url(),
+                &world.sms.base_url(),
+                &format!("process-{p}"),
+                "10000",
+                "1000",
+                "--miao",
+                &world.miao.base_url(),
+                "--miao-interval-ms",
+                &INTERVAL_MS.to_string(),
+                "--loop-ms",
+                "60000",
+                "--batch",
+                "2",
+            ])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("worker process");
+        children.push(child);
+    }
+    let mut reports = Vec::new();
+    for mut child in children {
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut done = false;
+        while let Some(line) = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
+            .await
+            .expect("worker process answers")
+            .expect("read")
+        {
+            done |= line == "DONE";
+            reports.push(line);
+        }
+        let status = child.wait().await.expect("exit");
+        assert!(status.success() && done, "worker process failed: {status:?}");
+    }
+
+    let mut times = world.miao.request_times();
+    times.sort();
+    assert_eq!(times.len(), TASKS, "one call per task: {reports:?}");
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    let min_gap = gaps.iter().min().copied().expect("gaps");
+    let deferrals = reports.iter().filter(|r| r.contains("Deferred")).count();
+    println!(
+        "egress across {PROCESSES} processes: {TASKS} calls, interval {INTERVAL_MS} ms, minimum gap {:.1} ms, \
+         {deferrals} deferrals or give-backs",
+        min_gap.as_secs_f64() * 1000.0
+    );
+    assert!(min_gap >= Duration::from_millis(INTERVAL_MS), "calls closer than the interval: {gaps:?}");
+    for c in &created {
+        let view = world.task(c.notification_id, c.tasks[0].task_id).await.expect("view");
+        assert_eq!((view.state, view.attempt_count), (TaskState::Sent, 1), "{view:?}");
+    }
+    assert_eq!(world.miao.sends(), TASKS as u64);
+}

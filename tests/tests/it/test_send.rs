@@ -1,1 +1,144 @@
-//! Integration tests: test_send.
+//! The settings page's test send (SPEC §9) over real HTTP and the stand-ins: the same registry and
+//! classification as a delivery, answers in words, a refusal that neither verifies nor deletes, the
+//! user's confirmation as verification, and the egress interval (429 with `Retry-After`).
+
+use herald_channels::standin::{Script, MIAO_NOT_FOUND};
+use herald_domain::{ChannelName, UserId};
+use herald_ports::PreferenceStore;
+use herald_tests::api::{Api, ADMIN_TOKEN, SERVICE_TOKEN};
+use herald_tests::{ClockMode, World};
+use reqwest::header::RETRY_AFTER;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// A world whose Miaotixing channel keeps its real 10 s interval (default guard 1 s).
+async fn setup() -> (World, Api) {
+    let world = World::with(ClockMode::Manual, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = None;
+    })
+    .await
+    .expect("world");
+    let api = Api::start(&world).await.expect("api");
+    (world, api)
+}
+
+async fn test_send(api: &Api, user: &str, channel: &str, token: Option<&str>) -> herald_tests::api::Answer {
+    api.post(&format!("/v1/users/{user}/channels/{channel}/test"), token, &json!({})).await
+}
+
+async fn pref(world: &World, user: &str, channel: &str) -> herald_ports::ChannelPref {
+    world.store.get(&UserId::from(user), &ChannelName::from(channel)).await.expect("get").expect("pref")
+}
+
+async fn stored(world: &World, user: &str, channel: &str) -> Option<Vec<u8>> {
+    world.store.destination(&UserId::from(user), &ChannelName::from(channel)).await.expect("destination")
+}
+
+fn assert_no_destination(answer: &str, user: &str, channel: &str) {
+    assert!(!answer.contains(&World::destination(user, channel)), "the destination leaked: {answer}");
+}
+
+/// Accepted: the user is asked to confirm; only the confirmation verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_asks_for_confirmation_and_confirm_verifies() {
+    let (world, api) = setup().await;
+    let token = api.user_token("t1");
+    let put = json!({"destination": World::destination("t1", "push"), "enabled": true});
+    api.put("/v1/users/t1/channels/push", Some(&token), &put).await.ok(StatusCode::OK);
+
+    let answer = test_send(&api, "t1", "push", Some(&token)).await;
+    assert_no_destination(&answer.text, "t1", "push");
+    let doc: Value = answer.ok(StatusCode::OK);
+    assert_eq!(doc["outcome"], "accepted");
+    assert_eq!(doc["message"], "accepted by the channel — please confirm you received it");
+    assert_eq!(doc["confirmation"], "pending");
+    assert_eq!(doc["verified"], false, "an acceptance alone does not verify");
+    let reference = doc["reference"].as_str().expect("reference");
+    assert!(reference.starts_with("test-t1-push-"), "{reference}");
+    assert_eq!(world.push.sends_to(&World::destination("t1", "push")), 1, "a real call through the adapter");
+    assert_eq!(world.push.sends_for(reference), 1);
+    assert!(!pref(&world, "t1", "push").await.verified);
+
+    let confirmed = api.post("/v1/users/t1/channels/push/confirm", Some(&token), &json!({})).await.ok(StatusCode::OK);
+    assert_eq!(confirmed["verified"], true);
+    assert!(pref(&world, "t1", "push").await.verified);
+}
+
+/// Refused: told in words, and the destination is neither verified nor deleted. Unknown: told as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_neither_verifies_nor_deletes_and_unknown_says_so() {
+    let (world, api) = setup().await;
+    world.user("t2", &["miao", "push"]).await.expect("user");
+    let before = stored(&world, "t2", "miao").await;
+    world.miao.script_for(&World::destination("t2", "miao"), Script::text(200, MIAO_NOT_FOUND));
+
+    let answer = test_send(&api, "t2", "miao", Some(ADMIN_TOKEN)).await;
+    assert_no_destination(&answer.text, "t2", "miao");
+    let doc = answer.ok(StatusCode::OK);
+    assert_eq!(doc["outcome"], "refused");
+    assert_eq!(doc["message"], "the channel refused: 找不到提醒单");
+    assert_eq!(doc["confirmation"], "not requested");
+    let after = pref(&world, "t2", "miao").await;
+    assert!(!after.verified, "a refusal does not verify");
+    assert!(after.has_destination && after.enabled, "a refusal does not delete or switch off");
+    assert_eq!(stored(&world, "t2", "miao").await, before, "the stored destination is untouched");
+
+    world.push.script(Script::DropAfterAccept);
+    let doc = test_send(&api, "t2", "push", Some(&api.user_token("t2"))).await.ok(StatusCode::OK);
+    assert_eq!(doc["outcome"], "unknown");
+    assert_eq!(doc["message"], "we could not tell whether it arrived");
+    assert_eq!(doc["confirmation"], "not requested");
+}
+
+/// The test send shares the channel's egress interval with the workers: a second Miaotixing call within
+/// interval + guard is refused with 429 and `Retry-After`, and no call is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_send_too_soon_is_429_with_retry_after() {
+    let (world, api) = setup().await;
+    world.user("t3", &["miao"]).await.expect("user");
+    let token = api.user_token("t3");
+    test_send(&api, "t3", "miao", Some(&token)).await.ok(StatusCode::OK);
+    assert_eq!(world.miao.requests(), 1);
+
+    world.advance(5_000);
+    let answer = test_send(&api, "t3", "miao", Some(&token)).await;
+    let _ = answer.problem(StatusCode::TOO_MANY_REQUESTS);
+    let retry_after = answer.headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    assert_eq!(retry_after.as_deref(), Some("6"), "10 s interval + 1 s guard, 5 s already passed");
+    assert_eq!(world.miao.requests(), 1, "no call when too soon");
+
+    // A worker's delivery is held by the same row: a notification now waits for the same slot.
+    let created = world.submit("t3", "e1", 3_600_000, None).await.expect("submit");
+    let cycle = world.worker("w1", 60_000).run_once().await.expect("cycle");
+    assert_eq!(cycle, vec![herald_app::worker::Report::Deferred(created.tasks[0].task_id)]);
+
+    world.advance(6_000);
+    let doc = test_send(&api, "t3", "miao", Some(&token)).await.ok(StatusCode::OK);
+    assert_eq!(doc["outcome"], "accepted");
+    assert_eq!(world.miao.requests(), 2);
+}
+
+/// Who may test, and what cannot be tested.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_send_access_and_bad_requests() {
+    let (world, api) = setup().await;
+    world.user("t4", &["push"]).await.expect("user");
+    let other = api.user_token("someone-else");
+    let _ = test_send(&api, "t4", "push", Some(&other)).await.problem(StatusCode::FORBIDDEN);
+    let _ = test_send(&api, "t4", "push", Some(SERVICE_TOKEN)).await.problem(StatusCode::FORBIDDEN);
+    let _ = test_send(&api, "t4", "push", None).await.problem(StatusCode::UNAUTHORIZED);
+    let _ =
+        api.post("/v1/users/t4/channels/push/confirm", Some(&other), &json!({})).await.problem(StatusCode::FORBIDDEN);
+    let message = test_send(&api, "t4", "fax", Some(ADMIN_TOKEN))
+        .await
+        .field_problem(StatusCode::UNPROCESSABLE_ENTITY, "channel");
+    assert_eq!(message, "is not a configured channel");
+    let _ = test_send(&api, "t4", "sms", Some(ADMIN_TOKEN)).await.problem(StatusCode::CONFLICT);
+    let _ = api
+        .post("/v1/users/t4/channels/sms/confirm", Some(ADMIN_TOKEN), &json!({}))
+        .await
+        .problem(StatusCode::CONFLICT);
+    assert_eq!(world.push.requests() + world.sms.requests(), 0, "no refused request called a channel");
+    assert!(!pref(&world, "t4", "push").await.verified);
+}
