@@ -12,7 +12,8 @@ use herald_channels::registry::HttpChannelRegistry;
 use herald_channels::standin::{Kind, StandIn};
 use herald_domain::classify::Classified;
 use herald_domain::{
-    ChannelKind, ChannelName, ChannelRules, EventKey, Millis, NotificationId, Policy, TaskId, Timestamp, UserId,
+    ChannelKind, ChannelName, ChannelRules, EventKey, Millis, NotificationId, Policy, TaskId, ThreadKey, Timestamp,
+    UserId,
 };
 use herald_ports::store::{ChannelTable, Created, NewNotification, TaskView};
 use herald_ports::{
@@ -186,6 +187,29 @@ impl World {
             ttl: Millis(ttl_ms),
             max_attempts,
             thread_key: None,
+        };
+        let now = self.clock.now().await?;
+        Ok(self.store.create(&new, &self.table(), now).await?)
+    }
+
+    /// Submits a notification in a thread (digests group by user, thread and channel, SPEC §7).
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn submit_in_thread(
+        &self,
+        user: &str,
+        event_key: &str,
+        ttl_ms: u64,
+        thread_key: &str,
+    ) -> anyhow::Result<Created> {
+        let new = NewNotification {
+            user_id: UserId::from(user),
+            event_key: EventKey::from(event_key),
+            body: format!("Event {event_key} for {user}"),
+            ttl: Millis(ttl_ms),
+            max_attempts: None,
+            thread_key: Some(ThreadKey::from(thread_key)),
         };
         let now = self.clock.now().await?;
         Ok(self.store.create(&new, &self.table(), now).await?)

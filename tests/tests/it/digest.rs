@@ -1,1 +1,92 @@
-//! Integration tests: digest.
+//! Digests (SPEC §7) with the manual clock: per (user, thread, channel) three instant prompts per rolling
+//! hour, then one digest task at the end of the window that later events join; the digest is delivered
+//! through the ordinary task/attempt machinery with the count in the text. No event loses its inbox item.
+
+use herald_app::worker::Report;
+use herald_channels::config::DigestSetting;
+use herald_domain::{Millis, TaskState, UserId};
+use herald_ports::NotificationStore;
+use herald_tests::world::{ClockMode, World, T0};
+
+const TWO_HOURS: u64 = 7_200_000;
+
+async fn world() -> World {
+    World::with(ClockMode::Manual, |configs| {
+        let push = configs.iter_mut().find(|c| c.name == "push").expect("push");
+        push.digest = Some(DigestSetting { instant_per_hour: 3, window_secs: None });
+    })
+    .await
+    .expect("world")
+}
+
+/// The reference example: events at 0, 10, 20 s are sent; at 30 s no channel call and a digest task
+/// exists; the 5th event is merged and the count becomes 2; all five inbox items are there. At the end
+/// of the window the digest goes out once, through a task and an attempt, saying "2 new updates".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instant_prompts_then_one_digest_sent_at_the_end_of_the_window() {
+    let world = world().await;
+    world.user("u1", &["push"]).await.expect("user");
+    let worker = world.worker("w1", 60_000);
+    let dest = World::destination("u1", "push");
+
+    for (n, at) in [0u64, 10, 20].into_iter().enumerate() {
+        world.manual.set(T0 + Millis::from_secs(at));
+        let created = world.submit_in_thread("u1", &format!("e{n}"), TWO_HOURS, "order-1").await.expect("submit");
+        assert_eq!(created.tasks.len(), 1, "an instant task at {at} s");
+        let cycle = worker.run_once().await.expect("cycle");
+        assert_eq!(cycle, vec![Report::Sent(created.tasks[0].task_id)], "sent at {at} s");
+    }
+    assert_eq!(world.push.sends_to(&dest), 3);
+
+    world.manual.set(T0 + Millis::from_secs(30));
+    let fourth = world.submit_in_thread("u1", "e3", TWO_HOURS, "order-1").await.expect("4th");
+    assert_eq!(fourth.tasks.len(), 1, "the 4th opens a digest task");
+    let digest = fourth.tasks[0].task_id;
+    assert!(worker.run_once().await.expect("cycle").is_empty(), "the digest is not due yet");
+    assert_eq!(world.push.requests(), 3, "no channel call at 30 s");
+    let view = world.task(fourth.notification_id, digest).await.expect("digest");
+    assert_eq!((view.state, view.digest_count), (TaskState::Pending, Some(1)));
+    assert_eq!(view.next_attempt_at, Some(T0 + Millis::from_secs(3_600)), "due when the 0 s prompt leaves the window");
+
+    world.manual.set(T0 + Millis::from_secs(40));
+    let fifth = world.submit_in_thread("u1", "e4", TWO_HOURS, "order-1").await.expect("5th");
+    assert!(fifth.created && fifth.tasks.is_empty(), "the 5th joins the digest instead of getting a task");
+    assert!(worker.run_once().await.expect("cycle").is_empty());
+    assert_eq!(world.push.requests(), 3, "no channel call at 40 s");
+    assert_eq!(world.task(fourth.notification_id, digest).await.expect("digest").digest_count, Some(2));
+
+    let inbox = world.store.inbox(&UserId::from("u1"), 50).await.expect("inbox");
+    assert_eq!(inbox.len(), 5, "every event keeps its inbox item");
+    let merged: Vec<bool> = inbox.iter().map(|i| i.channels.iter().any(|c| c.in_digest)).collect();
+    assert_eq!(merged, vec![true, true, false, false, false], "newest first: the 5th and 4th are in the digest");
+
+    world.manual.set(T0 + Millis::from_secs(3_599));
+    assert!(worker.run_once().await.expect("cycle").is_empty(), "not before the end of the window");
+    world.manual.set(T0 + Millis::from_secs(3_600));
+    let cycle = worker.run_once().await.expect("cycle");
+    assert_eq!(cycle, vec![Report::Sent(digest)], "the digest is delivered by the ordinary cycle");
+    let view = world.task(fourth.notification_id, digest).await.expect("digest");
+    assert_eq!((view.state, view.attempt_count, view.attempts.len()), (TaskState::Sent, 1, 1));
+    assert_eq!(world.push.sends_to(&dest), 4, "three instant prompts and one digest");
+    let texts = world.push.texts_to(&dest);
+    assert_eq!(texts.last().map(String::as_str), Some("2 new updates"), "the count is in the text: {texts:?}");
+    assert_eq!(world.push.sends_for(&digest.to_string()), 1, "sent once, under the digest task's reference");
+}
+
+/// Threads and users are separate digests: a fourth event in another thread is an instant prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digests_are_per_thread() {
+    let world = world().await;
+    world.user("u1", &["push"]).await.expect("user");
+    for n in 0..3 {
+        world.advance(1_000);
+        world.submit_in_thread("u1", &format!("a{n}"), TWO_HOURS, "order-1").await.expect("submit");
+    }
+    world.advance(1_000);
+    let other = world.submit_in_thread("u1", "b0", TWO_HOURS, "order-2").await.expect("other thread");
+    let in_thread = world.submit_in_thread("u1", "a3", TWO_HOURS, "order-1").await.expect("same thread");
+    let other_view = world.task(other.notification_id, other.tasks[0].task_id).await.expect("view");
+    let digest_view = world.task(in_thread.notification_id, in_thread.tasks[0].task_id).await.expect("view");
+    assert_eq!(other_view.digest_count, None, "another thread prompts at once");
+    assert_eq!(digest_view.digest_count, Some(1), "the 4th in the thread opens a digest");
+}
