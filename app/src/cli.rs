@@ -197,7 +197,9 @@ async fn connect(config: &Config, command: &str) -> anyhow::Result<herald_postgr
         .context("cannot connect to the database (database.url)")
 }
 
-struct PgReadiness(herald_postgres::PgStore);
+/// `/readyz` of `herald serve`: the database answers and every migration is applied. Public so the
+/// black-box API tests judge readiness exactly as the service does.
+pub struct PgReadiness(pub herald_postgres::PgStore);
 
 #[async_trait::async_trait]
 impl api::Readiness for PgReadiness {

@@ -7,8 +7,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use herald_app::api::{self, ApiState, Authenticator, Readiness};
+use herald_app::api::{self, ApiState, Authenticator};
+use herald_app::cli::PgReadiness;
 use herald_ports::{NotificationStore, PreferenceStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
@@ -33,22 +33,6 @@ const USER_TOKEN_SECRET: &str = "test user token secret, long enough";
 pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| herald_app::metrics::install().expect("the only metrics recorder of this process")).clone()
-}
-
-/// Ready when the database answers and is migrated, as `herald serve` judges it.
-struct StoreReadiness(herald_postgres::PgStore);
-
-#[async_trait]
-impl Readiness for StoreReadiness {
-    async fn check(&self) -> Result<(), String> {
-        if !self.0.ping().await {
-            return Err("the database does not answer".into());
-        }
-        if !self.0.is_migrated().await {
-            return Err("the database is not migrated".into());
-        }
-        Ok(())
-    }
 }
 
 /// A running API server and a client for it. Stops when dropped.
@@ -161,7 +145,7 @@ impl Api {
             clock: world.clock.clone(),
             auth: auth.clone(),
             channels: Arc::new(world.table()),
-            readiness: Arc::new(StoreReadiness(world.db.store.clone())),
+            readiness: Arc::new(PgReadiness(world.db.store.clone())),
             metrics: Some(metrics_handle()),
             body_limit,
         };

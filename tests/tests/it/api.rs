@@ -492,8 +492,11 @@ async fn operations_endpoints() {
 }
 
 #[tokio::test]
-async fn readiness_fails_when_the_database_is_gone() {
+async fn readiness_fails_when_the_database_is_not_migrated_or_gone() {
     let (world, api) = setup().await;
+    sqlx::query("DELETE FROM _sqlx_migrations").execute(world.db.store.pool()).await.unwrap();
+    let doc = api.get("/readyz", None).await.problem(StatusCode::SERVICE_UNAVAILABLE);
+    assert!(doc["detail"].as_str().is_some_and(|d| d.contains("not migrated")), "{doc}");
     world.db.store.pool().close().await;
     let doc = api.get("/readyz", None).await.problem(StatusCode::SERVICE_UNAVAILABLE);
     assert!(!doc.to_string().contains("postgres://"), "no URL in the reason: {doc}");
@@ -736,4 +739,32 @@ async fn fifty_parallel_identical_submits_make_one_notification() {
     assert_eq!(task_sets.first().map(Vec::len), Some(2));
     drain(&world).await;
     assert_eq!((world.push.sends(), world.sms.sends(), world.miao.sends()), (1, 1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_resolves_of_one_parked_task_settle_it_once() {
+    let (world, api) = setup().await;
+    let task = parked_task(&world, &api, "p2", "ord-race").await;
+    let path = format!("/v1/tasks/{task}/resolve");
+    let attempts_before = Written::now(&world).await.unwrap().delivery_attempt;
+    let answers =
+        futures::future::join_all(
+            (0..10).map(|i| {
+                let (api, path) = (&api, path.clone());
+                let final_state = if i % 2 == 0 { "SENT" } else { "FAILED" };
+                async move {
+                    api.post(&path, ADMIN, &json!({"final_state": final_state, "note": format!("checker {i}")})).await
+                }
+            }),
+        )
+        .await;
+    let ok: Vec<&Answer> = answers.iter().filter(|a| a.status == StatusCode::OK).collect();
+    assert_eq!(ok.len(), 1, "exactly one resolution wins: {answers:?}");
+    for answer in answers.iter().filter(|a| a.status != StatusCode::OK) {
+        let _ = answer.problem(StatusCode::CONFLICT);
+    }
+    let written = Written::now(&world).await.unwrap();
+    assert_eq!(written.delivery_attempt, attempts_before + 1, "one manual attempt row");
+    let view = api.get("/v1/review", ADMIN).await.ok(StatusCode::OK);
+    assert_eq!(view["tasks"], json!([]));
 }
