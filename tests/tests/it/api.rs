@@ -474,6 +474,8 @@ async fn operations_endpoints() {
         "/v1/events",
         "/v1/notifications/{id}",
         "/v1/users/{user_id}/channels/{channel}",
+        "/v1/users/{user_id}/channels/{channel}/test",
+        "/v1/users/{user_id}/channels/{channel}/confirm",
         "/v1/users/{user_id}/inbox",
         "/v1/review",
         "/v1/tasks/{task_id}/resolve",
