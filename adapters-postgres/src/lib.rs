@@ -8,6 +8,7 @@
 
 mod clock;
 mod convert;
+mod notify;
 mod prefs;
 mod store;
 mod views;
@@ -16,6 +17,7 @@ mod views;
 pub mod negative;
 
 pub use clock::PgClock;
+pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
 pub use store::PgStore;
 
 /// The embedded migrations (folder `migrations/` at the workspace root).

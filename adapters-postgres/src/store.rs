@@ -14,8 +14,8 @@ use herald_domain::{
 };
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, FinishRecord, FinishResult, GiveBack, InboxItem,
-    NewNotification, NotificationStore, NotificationView, ResolveError, Resolved, Settled, StoreError, TaskSummary,
-    TaskView,
+    NewNotification, NotificationStore, NotificationView, ResolveError, Resolved, Settled, StoreError, TaskCount,
+    TaskSummary, TaskView,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, PgPool, Row};
@@ -466,6 +466,10 @@ impl NotificationStore for PgStore {
                 tasks.push(summary);
             }
         }
+        if !tasks.is_empty() {
+            // Delivered to listening workers at commit, never for a rolled-back create (SPEC §4 wake-up).
+            crate::notify::notify_new_tasks(&mut tx).await?;
+        }
         tx.commit().await.map_err(store_error)?;
         Ok(Created { notification_id: NotificationId(id), created: true, tasks })
     }
@@ -581,6 +585,28 @@ impl NotificationStore for PgStore {
 
     async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError> {
         crate::views::inbox(&self.pool, user, limit).await
+    }
+
+    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT channel, state, (state = 'UNKNOWN' AND needs_review AND next_attempt_at IS NULL) AS parked, \
+             count(*) AS n FROM delivery_task GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(store_error)?;
+        rows.iter()
+            .map(|row| {
+                let state: String = row.try_get("state").map_err(store_error)?;
+                let count: i64 = row.try_get("n").map_err(store_error)?;
+                Ok(TaskCount {
+                    channel: ChannelName(row.try_get("channel").map_err(store_error)?),
+                    state: parse_code(&state)?,
+                    parked: row.try_get("parked").map_err(store_error)?,
+                    count: u64::try_from(count).unwrap_or(0),
+                })
+            })
+            .collect()
     }
 }
 

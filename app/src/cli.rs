@@ -235,6 +235,9 @@ async fn shutdown_signal() {
     }
 }
 
+/// How often `serve` refreshes the task gauges of `/metrics` from the database.
+const GAUGE_REFRESH: Duration = Duration::from_secs(5);
+
 /// `serve` (API and workers) or `worker` (workers only), until SIGINT or SIGTERM.
 async fn serve(config: Config, with_api: bool) -> anyhow::Result<()> {
     let command = if with_api { "serve" } else { "worker" };
@@ -263,7 +266,45 @@ async fn serve(config: Config, with_api: bool) -> anyhow::Result<()> {
         config.channels.iter().map(|c| (herald_domain::ChannelName::new(c.name.clone()), c.rules())).collect(),
     );
 
+    // Bound before any worker starts, so a taken port fails the start-up cleanly.
+    let api_listener = if with_api {
+        Some(
+            tokio::net::TcpListener::bind(config.server.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?,
+        )
+    } else {
+        None
+    };
+
+    // One shutdown switch for everything: the first SIGINT/SIGTERM stops claiming at once (workers
+    // finish the cycle in flight, the API drains); a second one exits without waiting.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let signals = tokio::spawn({
+        let stop_tx = Arc::clone(&stop_tx);
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutdown requested: no new claims; calls in flight finish and are recorded");
+            stop_tx.send_replace(true);
+            shutdown_signal().await;
+            tracing::warn!(
+                "second shutdown signal: exiting now; unfinished tasks are taken over when their leases expire"
+            );
+            std::process::exit(130);
+        }
+    });
+    let (wake, listener_task) = crate::wakeups::start(store.clone(), stop_rx.clone()).await;
+    // Only a process that serves `/metrics` needs the gauges; `herald worker` has no scrape endpoint.
+    let gauges = with_api.then(|| {
+        tokio::spawn(crate::metrics::refresh_every(
+            Arc::clone(&store_port),
+            metrics.clone(),
+            GAUGE_REFRESH,
+            stop_rx.clone(),
+        ))
+    });
+
     let mut workers = tokio::task::JoinSet::new();
     for i in 0..config.worker.concurrency {
         let worker = crate::worker::Worker::new(
@@ -278,11 +319,18 @@ async fn serve(config: Config, with_api: bool) -> anyhow::Result<()> {
                 idle_poll: Duration::from_millis(config.worker.poll_ms),
             },
         );
-        let stop = stop_rx.clone();
-        workers.spawn(async move { worker.run(stop, None).await });
+        let (stop, wake) = (stop_rx.clone(), wake.clone());
+        workers.spawn(async move { worker.run(stop, Some(wake)).await });
     }
+    drop(wake);
     tracing::info!(workers = config.worker.concurrency, channels = config.channels.len(), "workers started");
 
+    let stopping = {
+        let mut stop = stop_rx.clone();
+        async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        }
+    };
     let result = if let Some(auth) = authenticator {
         let state = ApiState {
             store: store_port,
@@ -296,20 +344,34 @@ async fn serve(config: Config, with_api: bool) -> anyhow::Result<()> {
             metrics: Some(metrics),
             body_limit: config.server.body_limit_bytes,
         };
-        let listener = tokio::net::TcpListener::bind(config.server.listen)
-            .await
-            .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
+        let listener = api_listener.context("the API listener is bound when the API runs")?;
         tracing::info!(listen = %config.server.listen, "API listening");
-        api::serve(listener, api::router(state), shutdown_signal(), Duration::from_secs(10))
+        api::serve(listener, api::router(state), stopping, Duration::from_secs(10))
             .await
             .context("the HTTP server failed")
     } else {
-        shutdown_signal().await;
+        stopping.await;
         Ok(())
     };
-    tracing::info!("shutting down: workers finish the cycle in flight");
-    let _ = stop_tx.send(true);
-    while workers.join_next().await.is_some() {}
+    // Also when the HTTP server failed: the workers must not outlive it unnoticed.
+    stop_tx.send_replace(true);
+    // A cycle in flight ends within the channel timeout plus its finish, which the configuration keeps
+    // below the lease; waiting longer would only delay what lease expiry recovers anyway.
+    let lease = Duration::from_millis(config.worker.lease_ms);
+    let drained = tokio::time::timeout(lease, async { while workers.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!(
+            still_running = workers.len(),
+            "workers did not finish within the lease; their tasks are taken over when the leases expire"
+        );
+        workers.abort_all();
+    }
+    if let Some(gauges) = gauges {
+        let _ = gauges.await;
+    }
+    let _ = listener_task.await;
+    signals.abort();
+    tracing::info!("stopped");
     result
 }
 

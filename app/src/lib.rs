@@ -5,4 +5,5 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod metrics;
+pub mod wakeups;
 pub mod worker;

@@ -5,7 +5,13 @@
 //! each destination and calls the channel, and finally finishes each attempt with a transition computed
 //! by the domain. Workers are stateless: any number of cycles may run per process and any number of
 //! processes against one database.
+//!
+//! [`Worker::run`] is the long-running loop around the cycle: it wakes on new work (a wake channel fed
+//! by PostgreSQL `NOTIFY`, see `crate::wakeups`) or after the poll interval, backs off with jitter while
+//! the database is unavailable, and stops claiming at once on shutdown while the cycle in flight
+//! finishes — its calls end within the channel timeout, so every attempt it started is finished.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,12 +20,38 @@ use herald_domain::classify::Classified;
 use herald_domain::{
     finish, give_back, slot_kept, Action, IdempotencyKey, Jitter, Millis, Observation, TaskId, TaskState,
 };
+use herald_domain::{Outcome, RetryPolicy};
 use herald_ports::store::{ChannelTable, GiveBack};
 use herald_ports::{
     ChannelRegistry, ClaimRequest, ClaimedTask, Clock, DestinationCipher, FinishRecord, FinishResult,
     NotificationStore, OutboundMessage, StoreError,
 };
 use tokio::sync::watch;
+
+use crate::metrics;
+
+/// Pause after a failed cycle: doubled per consecutive failure from 100 ms up to 10 s, with equal
+/// jitter so that many workers losing one database do not come back in lockstep. Independent of the
+/// poll interval, which may be long when wake-ups carry the load.
+const OUTAGE_BACKOFF: RetryPolicy = RetryPolicy { max_attempts: u32::MAX, base: Millis(100), cap: Millis(10_000) };
+
+/// The pause after `failures` consecutive failed cycles (at least 1).
+#[must_use]
+pub fn outage_backoff(failures: u32) -> Duration {
+    Duration::from_millis(OUTAGE_BACKOFF.backoff(failures.max(1), Jitter::from_bits(rand::random())).0)
+}
+
+/// An error and its causes on one line (store errors keep the database's message in their source).
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
 
 /// How one worker claims.
 #[derive(Clone, Debug)]
@@ -65,6 +97,8 @@ pub struct Worker {
     clock: Arc<dyn Clock>,
     table: ChannelTable,
     config: WorkerConfig,
+    /// Cycles [`Worker::run`] has completed, successful or not.
+    cycles: AtomicU64,
 }
 
 impl Worker {
@@ -78,7 +112,14 @@ impl Worker {
         let table = ChannelTable(
             channels.names().into_iter().filter_map(|name| channels.get(&name).map(|ch| (name, ch.rules()))).collect(),
         );
-        Worker { store, channels, cipher, clock, table, config }
+        Worker { store, channels, cipher, clock, table, config, cycles: AtomicU64::new(0) }
+    }
+
+    /// How many cycles [`Worker::run`] has completed so far (successful or failed). Lets an observer
+    /// tell that the loop has been through a cycle since some event, without timing it.
+    #[must_use]
+    pub fn cycles_run(&self) -> u64 {
+        self.cycles.load(Ordering::Relaxed)
     }
 
     /// The channel table this worker claims for.
@@ -106,8 +147,21 @@ impl Worker {
             channels: self.table.clone(),
         };
         let batch = self.store.claim(&request).await?;
+        let claimed_at = Instant::now();
+        metrics::record_lease_expiries(batch.lease_expired);
+        metrics::record_deferrals(batch.deferred.len());
+        if batch.lease_expired > 0 {
+            tracing::warn!(
+                count = batch.lease_expired,
+                "found attempts whose lease expired (their worker stopped or lost the database); they are \
+                 LEASE_EXPIRED and the tasks continue as uncertain"
+            );
+        }
         let mut reports: Cycle = Vec::with_capacity(batch.claimed.len() + batch.settled.len());
         for settled in &batch.settled {
+            if let Some(outcome) = settled.outcome {
+                metrics::record_attempt(&settled.channel, outcome);
+            }
             reports.push(match settled.state {
                 TaskState::Suppressed => Report::Suppressed(settled.task_id),
                 _ if settled.parked => Report::Parked(settled.task_id),
@@ -115,7 +169,8 @@ impl Worker {
             });
         }
         reports.extend(batch.deferred.iter().map(|&task| Report::Deferred(task)));
-        let finished = join_all(batch.claimed.into_iter().map(|task| self.call_and_finish(task, clock_read))).await;
+        let finished =
+            join_all(batch.claimed.into_iter().map(|task| self.call_and_finish(task, clock_read, claimed_at))).await;
         for report in finished {
             reports.push(report?);
         }
@@ -138,45 +193,83 @@ impl Worker {
         Ok(all)
     }
 
-    /// Loops until `shutdown` turns true: stops claiming at once, lets the cycle in flight finish.
+    /// Loops until `shutdown` turns true (or its sender is gone): stops claiming at once and lets the
+    /// cycle in flight finish — a cycle is never cancelled half-way, so an attempt whose channel call
+    /// started is finished before this returns (unless the database fails, see [`Worker::run_once`]).
+    ///
+    /// Between cycles it waits for whichever comes first: a wake-up on `wake`, the poll interval, or
+    /// shutdown. After a failed cycle it waits [`outage_backoff`] instead and ignores wake-ups, so a
+    /// database outage costs a few log lines per worker and no crash loop.
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>, mut wake: Option<watch::Receiver<()>>) {
         let mut failures: u32 = 0;
+        tracing::debug!(worker = %self.config.id, "worker loop started");
         while !*shutdown.borrow() {
-            match self.run_once().await {
-                Ok(cycle) if !cycle.is_empty() => {
+            let result = self.run_once().await;
+            self.cycles.fetch_add(1, Ordering::Relaxed);
+            let busy = match result {
+                Ok(cycle) => {
+                    if failures > 0 {
+                        tracing::info!(worker = %self.config.id, failures, "worker cycles succeed again");
+                    }
                     failures = 0;
-                    continue;
+                    !cycle.is_empty()
                 }
-                Ok(_) => failures = 0,
                 Err(error) => {
                     failures = failures.saturating_add(1);
-                    tracing::warn!(error = %error, failures, "worker cycle failed; backing off");
+                    metrics::record_cycle_failure(&error);
+                    let error = error_chain(&error);
+                    // Every failure is counted; the log gets the first and then every power of two.
+                    if failures.is_power_of_two() {
+                        tracing::warn!(worker = %self.config.id, %error, failures, "worker cycle failed; backing off");
+                    } else {
+                        tracing::debug!(worker = %self.config.id, %error, failures, "worker cycle failed; backing off");
+                    }
+                    false
                 }
+            };
+            if busy {
+                continue;
             }
-            // Idle or failing: wait for a wake-up, the poll interval (longer while failing), or shutdown.
-            let pause = self.config.idle_poll.saturating_mul(1 << failures.min(5));
+            let pause = if failures == 0 { self.config.idle_poll } else { outage_backoff(failures) };
+            let mut wake_closed = false;
             let woken = async {
                 match wake.as_mut() {
-                    Some(rx) => {
-                        let _ = rx.changed().await;
-                    }
+                    Some(rx) => wake_closed = rx.changed().await.is_err(),
                     None => std::future::pending::<()>().await,
                 }
             };
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
                 () = woken, if failures == 0 => {}
-                _ = shutdown.changed() => {}
+                changed = shutdown.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+            }
+            if wake_closed {
+                // The wake-up source is gone; polling alone carries on.
+                wake = None;
             }
         }
+        tracing::debug!(worker = %self.config.id, "worker loop stopped");
     }
 
     #[tracing::instrument(skip_all, fields(task_id = %task.task_id, attempt = task.attempt_no, channel = %task.channel))]
-    async fn call_and_finish(&self, task: ClaimedTask, clock_read: Instant) -> Result<Report, StoreError> {
+    async fn call_and_finish(
+        &self,
+        task: ClaimedTask,
+        clock_read: Instant,
+        claimed_at: Instant,
+    ) -> Result<Report, StoreError> {
         let Some(classified) = self.call(&task, clock_read).await else {
             return self.give_back(&task).await;
         };
-        let now = self.clock.now().await?;
+        let outcome = classified.observation.outcome();
+        let now = match self.clock.now().await {
+            Ok(now) => now,
+            Err(error) => return Err(self.unrecorded(&task, outcome, error)),
+        };
         let transition = finish(&task.finish, &classified.observation, now, Jitter::from_bits(rand::random()));
         let report = report_for(task.task_id, &transition);
         let record = FinishRecord {
@@ -188,16 +281,36 @@ impl Worker {
             transition,
             now,
         };
-        match self.store.finish(&record).await? {
-            FinishResult::Applied => {
-                tracing::debug!(outcome = %record.observation.outcome(), state = %record.transition.state, "attempt finished");
+        match self.store.finish(&record).await {
+            Ok(FinishResult::Applied) => {
+                metrics::record_attempt(&task.channel, outcome);
+                metrics::record_claim_to_finish(&task.channel, claimed_at.elapsed());
+                tracing::debug!(outcome = %outcome, state = %record.transition.state, "attempt finished");
                 Ok(report)
             }
-            FinishResult::Stale => {
-                tracing::info!(outcome = %record.observation.outcome(), "attempt superseded; observation kept as late outcome");
+            Ok(FinishResult::Stale) => {
+                metrics::record_stale(&task.channel);
+                tracing::info!(outcome = %outcome, "attempt superseded; observation kept as late outcome");
                 Ok(Report::Stale(task.task_id))
             }
+            Err(error) => Err(self.unrecorded(&task, outcome, error)),
         }
+    }
+
+    /// The channel was called but the database failed before the outcome was stored. Nothing is retried
+    /// here: the task stays `SENDING` under this attempt's lease, and the first claim after the lease
+    /// records `LEASE_EXPIRED` and continues as uncertain (resend with the same key, query, or park), so
+    /// this observation is lost but the task is not.
+    fn unrecorded(&self, task: &ClaimedTask, outcome: Outcome, error: StoreError) -> StoreError {
+        metrics::record_unrecorded_finish(&task.channel);
+        tracing::error!(
+            outcome = %outcome,
+            error = %error_chain(&error),
+            lease_ms = self.config.lease.0,
+            "channel called but its outcome could not be stored; the task stays SENDING until its lease \
+             expires, then the next claim records LEASE_EXPIRED and treats this attempt as uncertain"
+        );
+        error
     }
 
     /// The attempt of a holder that missed its egress slot goes back to the task unspent (SPEC §7).

@@ -239,6 +239,16 @@ pub struct Resolved {
     pub state: TaskState,
 }
 
+/// How many tasks of one channel are in one state, for the operations gauges. Parked tasks (state
+/// `UNKNOWN`, waiting for a human) are counted in their own row with `parked = true`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskCount {
+    pub channel: ChannelName,
+    pub state: TaskState,
+    pub parked: bool,
+    pub count: u64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error("no such task")]
@@ -302,4 +312,8 @@ pub trait NotificationStore: Send + Sync {
 
     /// A user's inbox, newest first.
     async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError>;
+
+    /// Tasks counted by channel, state and parked, for the `/metrics` gauges (one aggregate query; the
+    /// caller decides how often it runs).
+    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError>;
 }
