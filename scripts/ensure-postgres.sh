@@ -14,6 +14,7 @@
 #   source scripts/ensure-postgres.sh    # exports DATABASE_URL into the calling shell (no arguments)
 #   scripts/ensure-postgres.sh --stop    # stop the private cluster (if this script started one)
 #   scripts/ensure-postgres.sh --private # skip steps 1 and 2
+#   scripts/ensure-postgres.sh --install # only install the server programs if missing (for herald demo)
 #
 # Environment:
 #   DATABASE_URL           step 1 candidate
@@ -53,7 +54,8 @@ case "${1:-}" in
     "") ;;
     --private) mode=private ;;
     --stop) mode=stop ;;
-    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
+    --install) mode=install ;;
+    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
     *) die "unknown argument: $1 (try --help)" ;;
 esac
 
@@ -270,6 +272,7 @@ stop_private() {
 
 case "$mode" in
     stop) stop_private; exit 0 ;;
+    install) install_postgres; log "PostgreSQL server programs: $BIN"; exit 0 ;;
     find)
         if [[ -n "${DATABASE_URL:-}" ]]; then
             if probe_url "$DATABASE_URL"; then

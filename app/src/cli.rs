@@ -43,11 +43,7 @@ pub enum Command {
     /// Apply the database migrations, then exit.
     Migrate,
     /// Start a self-contained demonstration (a private database when `database.url` is absent).
-    Demo {
-        /// Run the scripted demonstration once and exit instead of serving.
-        #[arg(long)]
-        exit: bool,
-    },
+    Demo(DemoArgs),
     /// Tasks whose outcome is unknown and that wait for a human.
     #[command(subcommand)]
     Review(ReviewCommand),
@@ -57,6 +53,24 @@ pub enum Command {
     /// Bearer tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+}
+
+/// `herald demo`: see [`crate::demo`].
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Run the scripted demonstration once and exit after the summary instead of serving.
+    #[arg(long)]
+    pub exit: bool,
+    /// A PostgreSQL server whose role may create databases; the demo (re)creates the database
+    /// `herald_demo` on it and touches nothing else. Default: `database.url`, else a private server.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// The private server's folder (default: ~/.local/share/herald/demo-pg, /var/lib/herald/demo-pg as root).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Where the API listens; when the port is taken, a free one is used.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,7 +158,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", herald_channels::cipher::Keyring::generate_key().expose_secret());
             return Ok(());
         }
-        Command::Demo { .. } => anyhow::bail!("`herald demo` is not built yet"),
+        Command::Demo(args) => return demo(&cli, args).await,
         _ => {}
     }
     let config = load_config(&cli)?;
@@ -185,8 +199,36 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve => serve(config, true).await,
         Command::Worker => serve(config, false).await,
-        Command::Keys(KeysCommand::Generate) | Command::Demo { .. } => unreachable!("handled before loading"),
+        Command::Keys(KeysCommand::Generate) | Command::Demo(_) => unreachable!("handled before loading"),
     }
+}
+
+/// `herald demo`: the server is `--database-url`/`DATABASE_URL`, else `database.url` of the
+/// configuration, else the private one.
+async fn demo(cli: &Cli, args: &DemoArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Warnings only by default: the demo's own output is the story.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let configured = match args.database_url.as_deref().filter(|url| !url.trim().is_empty()) {
+        Some(url) => Some(secrecy::SecretString::from(url.to_owned())),
+        None => load_config(cli)?.database.url,
+    };
+    let server = match configured {
+        Some(url) => crate::demo::Server::Url(url),
+        None => crate::demo::Server::Private { data_dir: args.data_dir.clone() },
+    };
+    let mut options = crate::demo::DemoOptions::new(server);
+    options.exit = args.exit;
+    options.listen = args.listen;
+    if let Ok(exe) = std::env::current_exe() {
+        options.herald = exe.display().to_string();
+    }
+    let report = crate::demo::run(options).await?;
+    if !report.drained || report.cases.iter().any(|c| !c.ok) {
+        anyhow::bail!("the demo did not end as its scenario table expects (see above)");
+    }
+    Ok(())
 }
 
 async fn connect(config: &Config, command: &str) -> anyhow::Result<herald_postgres::PgStore> {

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod metrics;
 pub mod wakeups;
 pub mod worker;

@@ -2,8 +2,10 @@
 //! Every test talks to a real PostgreSQL (a fresh database each) and real HTTP servers on loopback.
 
 mod api;
+mod demo;
 mod digest;
 mod egress;
+mod example_config;
 mod facts;
 mod rotation;
 mod test_send;

@@ -1,0 +1,550 @@
+//! `herald demo`: the whole service on one machine in one command — a PostgreSQL database, the three
+//! stand-in channels, the real HTTP API and several workers — driven through a scripted mix that shows
+//! what the service is for: where the outcome of a call is unknown, no user is prompted twice where the
+//! channel's contract allows avoiding it, and what cannot be decided automatically waits for a human.
+//!
+//! The parts are the production ones (`api::router`, `worker::Worker`, `PgStore`, the HTTP channel
+//! adapters); only the channels are stand-ins, so that their counters can say how many times a user
+//! would really have been prompted.
+//!
+//! * [`postgres`]: the private PostgreSQL used when no server is configured;
+//! * [`scenario`]: the table of scripted cases and the background traffic;
+//! * [`submit`]: the submissions, through the API;
+//! * [`summary`]: the counting and the tables.
+
+pub mod postgres;
+pub mod scenario;
+pub mod submit;
+pub mod summary;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use base64::Engine as _;
+use herald_channels::cipher::Keyring;
+use herald_channels::config::ChannelConfig;
+use herald_channels::registry::HttpChannelRegistry;
+use herald_channels::standin::{Kind, Script, StandIn};
+use herald_domain::{ChannelKind, ChannelName, Millis};
+use herald_ports::{ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore};
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::Connection as _;
+
+use crate::api::{self, ApiState, Authenticator};
+use crate::worker::{Worker, WorkerConfig};
+use scenario::{Ch, CASES};
+use summary::{CaseResult, ChannelSummary, StandIns};
+
+/// The database the demo creates (and drops first) on its server.
+pub const DEMO_DATABASE: &str = "herald_demo";
+/// Ports of the spare stand-ins (push, sms, miao) that `example.toml` points at: channels for the
+/// reader's own experiments while the demo runs. The demo's own traffic uses stand-ins on free ports, so
+/// that its counters stay about the demo and the two sets of task ids never share an idempotency-key
+/// space (`ntf-{task}` is unique per database only).
+pub const SPARE_STANDIN_PORTS: [u16; 3] = [9001, 9002, 9003];
+/// Concurrent worker cycles.
+pub const WORKERS: u32 = 4;
+/// Longer than the client timeout plus the finish margin (SPEC §4).
+const LEASE_MS: u64 = 5_000;
+/// The drain gives up after this long and reports what is left unsettled.
+const DRAIN_LIMIT: Duration = Duration::from_secs(90);
+
+/// Where the demo's database server comes from.
+#[derive(Debug)]
+pub enum Server {
+    /// A configured server (`DATABASE_URL`, `--database-url` or `database.url`); its role must be able
+    /// to create databases. The database named in the URL is not touched.
+    Url(SecretString),
+    /// The private cluster, in this folder or the default one.
+    Private { data_dir: Option<PathBuf> },
+}
+
+/// How to run the demo.
+#[derive(Debug)]
+pub struct DemoOptions {
+    pub server: Server,
+    /// Dropped and recreated on every run, so the summary is about this run.
+    pub database: String,
+    /// Where the API listens; when the port is taken, a free one is used instead.
+    pub listen: SocketAddr,
+    /// Where to start the spare stand-ins for `example.toml`; `None`: none.
+    pub spare_standins: Option<[u16; 3]>,
+    /// Stop after the summary instead of serving until ctrl-c.
+    pub exit: bool,
+    /// Draw the progress bar (it draws only on a terminal anyway).
+    pub progress: bool,
+    /// How the printed commands call the binary.
+    pub herald: String,
+    /// Install the process-wide Prometheus recorder for `/metrics` (off in tests, which share a process).
+    pub metrics: bool,
+}
+
+impl DemoOptions {
+    /// The options of `herald demo` with a server (or the private one) and the defaults.
+    #[must_use]
+    pub fn new(server: Server) -> Self {
+        DemoOptions {
+            server,
+            database: DEMO_DATABASE.to_owned(),
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
+            spare_standins: Some(SPARE_STANDIN_PORTS),
+            exit: false,
+            progress: true,
+            herald: "herald".to_owned(),
+            metrics: true,
+        }
+    }
+}
+
+/// What the run showed, for the caller (and the test) to check.
+#[derive(Debug)]
+pub struct DemoReport {
+    pub channels: Vec<ChannelSummary>,
+    pub cases: Vec<CaseResult>,
+    pub submitted: submit::Submitted,
+    /// Rows in the `notification` table after the run.
+    pub notification_rows: u64,
+    /// Rows in `delivery_task`.
+    pub task_rows: u64,
+    /// Every task settled before [`DRAIN_LIMIT`].
+    pub drained: bool,
+    pub drain_time: Duration,
+    /// Task ids of the parked tasks, oldest first.
+    pub parked: Vec<i64>,
+}
+
+impl DemoReport {
+    #[must_use]
+    pub fn channel(&self, ch: Ch) -> &ChannelSummary {
+        &self.channels[Ch::ALL.iter().position(|c| *c == ch).unwrap_or(0)]
+    }
+}
+
+/// The demo's channels: one per kind, pointing at the stand-ins, with short timeouts and backoffs so
+/// the run takes seconds, and a Miaotixing interval of 200 ms instead of the real service's 10 s.
+#[must_use]
+pub fn channel_configs(push: &str, sms: &str, miao: &str) -> Vec<ChannelConfig> {
+    let mut configs = vec![
+        ChannelConfig::new("push", ChannelKind::Webhook, push),
+        ChannelConfig::new("sms", ChannelKind::Queryable, sms),
+        ChannelConfig::new("miao", ChannelKind::Miaotixing, miao),
+    ];
+    for config in &mut configs {
+        config.timeout_ms = scenario::TIMEOUT_MS;
+        config.retry_base_ms = scenario::RETRY_BASE_MS;
+        config.retry_cap_ms = scenario::RETRY_CAP_MS;
+    }
+    configs[2].min_interval_ms = Some(scenario::MIAO_INTERVAL_MS);
+    configs
+}
+
+fn random_token(prefix: &str) -> String {
+    let bytes: [u8; 18] = rand::random();
+    format!("{prefix}-{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// The server URL with another database, and whether it can be shown (no password in it).
+fn with_database(server: &str, database: &str) -> anyhow::Result<(String, bool)> {
+    let mut url = reqwest::Url::parse(server).context("the database URL is not a URL")?;
+    url.set_path(&format!("/{database}"));
+    let showable = url.password().is_none();
+    Ok((url.to_string(), showable))
+}
+
+/// Drops and recreates `database` on the server. Its name is a plain identifier, checked here.
+async fn recreate(server: &str, database: &str) -> anyhow::Result<()> {
+    if database.is_empty() || !database.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+        bail!("the demo database name must consist of a-z, 0-9 and _");
+    }
+    let mut conn = sqlx::PgConnection::connect(server)
+        .await
+        .context("cannot connect to the demo's PostgreSQL server (is it running? does DATABASE_URL answer?)")?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await
+        .with_context(|| format!("cannot drop the previous {database} database"))?;
+    sqlx::query(&format!("CREATE DATABASE {database}")).execute(&mut conn).await.with_context(|| {
+        format!("cannot create the database {database} (the role must be allowed to create databases)")
+    })?;
+    conn.close().await.ok();
+    Ok(())
+}
+
+/// The spare stand-ins, or `None` (with the reason printed) when a port is taken.
+async fn spare_standins(ports: [u16; 3]) -> Option<[StandIn; 3]> {
+    let bind = |kind, port| StandIn::bind(kind, SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    match (bind(Kind::Push, ports[0]).await, bind(Kind::Sms, ports[1]).await, bind(Kind::Miaotixing, ports[2]).await) {
+        (Ok(push), Ok(sms), Ok(miao)) => {
+            // The walkthrough's way to make a parked task by hand: this code is always answered too late.
+            for _ in 0..1_000 {
+                miao.script_for(scenario::LATE_MIAO_CODE, Script::Delay(scenario::LATE_MIAO_DELAY));
+            }
+            Some([push, sms, miao])
+        }
+        _ => {
+            println!(
+                "Spare stand-ins for example.toml: not started, a port of {}, {}, {} is taken",
+                ports[0], ports[1], ports[2]
+            );
+            None
+        }
+    }
+}
+
+async fn settled_and_total(store: &herald_postgres::PgStore) -> anyhow::Result<(u64, u64)> {
+    let (settled, total): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state IN ('SENT', 'FAILED', 'SUPPRESSED') \
+                OR (state = 'UNKNOWN' AND needs_review AND next_attempt_at IS NULL)), count(*) \
+         FROM delivery_task",
+    )
+    .fetch_one(store.pool())
+    .await
+    .context("cannot count tasks")?;
+    Ok((settled.try_into().unwrap_or(0), total.try_into().unwrap_or(0)))
+}
+
+async fn count_rows(store: &herald_postgres::PgStore, table: &str) -> anyhow::Result<u64> {
+    let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(store.pool())
+        .await
+        .with_context(|| format!("cannot count {table}"))?;
+    Ok(n.try_into().unwrap_or(0))
+}
+
+/// Waits until every task is settled (or [`DRAIN_LIMIT`]), drawing the progress bar.
+async fn drain(store: &herald_postgres::PgStore, progress: bool) -> anyhow::Result<(bool, Duration)> {
+    let start = Instant::now();
+    let (_, total) = settled_and_total(store).await?;
+    let bar = if progress { indicatif::ProgressBar::new(total) } else { indicatif::ProgressBar::hidden() };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("  {bar:40} {pos}/{len} tasks settled  {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let drained = loop {
+        let (settled, _) = settled_and_total(store).await?;
+        bar.set_position(settled);
+        if settled >= total {
+            break true;
+        }
+        if start.elapsed() > DRAIN_LIMIT {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    bar.finish();
+    Ok((drained, start.elapsed()))
+}
+
+async fn stop_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+/// Runs the demo: database, stand-ins, API, workers, the scripted mix, the summary; then serves until
+/// ctrl-c unless `exit`.
+///
+/// # Errors
+/// When the database cannot be prepared, a port cannot be bound, or the API answers what the demo
+/// did not expect.
+#[allow(clippy::too_many_lines)] // One story, told in order; the parts live in the submodules.
+pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
+    println!("Herald demo: the real API, workers and PostgreSQL store, with stand-in channels.\n");
+
+    // 1. The database server and a fresh database on it.
+    let (server_url, private) = match &options.server {
+        Server::Url(url) => (url.expose_secret().to_owned(), None),
+        Server::Private { data_dir } => {
+            let base = match data_dir {
+                Some(dir) => dir.clone(),
+                None => postgres::default_base()?,
+            };
+            let pg = postgres::ensure(&base).await?;
+            let how = if pg.started { "started" } else { "already running" };
+            println!("PostgreSQL: private cluster in {} on 127.0.0.1:{} ({how})", pg.base.display(), pg.port);
+            (pg.url("postgres"), Some(pg))
+        }
+    };
+    recreate(&server_url, &options.database).await?;
+    let (db_url, showable) = with_database(&server_url, &options.database)?;
+    if private.is_none() {
+        println!("PostgreSQL: the configured server, database {} (recreated)", options.database);
+    }
+    let store =
+        herald_postgres::PgStore::connect(&db_url, WORKERS + 6).await.context("cannot connect to the demo database")?;
+    store.migrate().await.context("migrations failed")?;
+
+    // 2. Stand-ins, channels, a fresh key, tokens.
+    let push = StandIn::try_start(Kind::Push).await.context("cannot start the push stand-in")?;
+    let sms = StandIn::try_start(Kind::Sms).await.context("cannot start the sms stand-in")?;
+    let miao = StandIn::try_start(Kind::Miaotixing).await.context("cannot start the miao stand-in")?;
+    let configs = channel_configs(&push.base_url(), &sms.base_url(), &miao.base_url());
+    let registry =
+        HttpChannelRegistry::from_configs(&configs).map_err(|e| anyhow::anyhow!("{}: {}", e.key, e.reason))?;
+    let keyring = Keyring::new([("demo".to_owned(), Keyring::generate_key())], "demo").context("demo key")?;
+    let service_token = random_token("svc");
+    let admin_token = random_token("adm");
+    let auth = Arc::new(Authenticator::new(
+        &[SecretString::from(service_token.clone())],
+        &[SecretString::from(admin_token.clone())],
+        SecretString::from(random_token("uts")),
+    ));
+    println!(
+        "Stand-in channels: push (webhook, idempotent) {}, sms (queryable) {}, miao (Miaotixing, neither) {}",
+        push.base_url(),
+        sms.base_url(),
+        miao.base_url()
+    );
+    println!(
+        "  client timeout {} ms; retries from {} ms; miao egress interval {} ms for the demo (the real service asks for 10 s)",
+        scenario::TIMEOUT_MS,
+        scenario::RETRY_BASE_MS,
+        scenario::MIAO_INTERVAL_MS
+    );
+
+    let store_port: Arc<dyn NotificationStore> = Arc::new(store.clone());
+    let prefs: Arc<dyn PreferenceStore> = Arc::new(store.clone());
+    let registry: Arc<dyn ChannelRegistry> = Arc::new(registry);
+    let cipher: Arc<dyn DestinationCipher> = Arc::new(keyring);
+    let clock: Arc<dyn Clock> = Arc::new(store.clock());
+    let table = ChannelTable(configs.iter().map(|c| (ChannelName::new(c.name.clone()), c.rules())).collect());
+
+    // 3. The API.
+    let listener = match tokio::net::TcpListener::bind(options.listen).await {
+        Ok(listener) => listener,
+        Err(_) => tokio::net::TcpListener::bind(SocketAddr::from((options.listen.ip(), 0)))
+            .await
+            .context("cannot listen on a loopback port")?,
+    };
+    let addr = listener.local_addr()?;
+    let base = format!("http://{addr}");
+    let state = ApiState {
+        store: Arc::clone(&store_port),
+        prefs,
+        registry: Arc::clone(&registry),
+        cipher: Arc::clone(&cipher),
+        clock: Arc::clone(&clock),
+        auth: Arc::clone(&auth),
+        channels: Arc::new(table),
+        readiness: Arc::new(api::ClockReadiness(Arc::clone(&clock))),
+        metrics: if options.metrics { crate::metrics::install().ok() } else { None },
+        body_limit: api::DEFAULT_BODY_LIMIT,
+    };
+    let (api_stop_tx, api_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(api::serve(
+        listener,
+        api::router(state),
+        async {
+            let _ = api_stop_rx.await;
+        },
+        Duration::from_secs(5),
+    ));
+    let moved = if addr.port() == options.listen.port() { "" } else { " (the requested port was taken)" };
+    println!("API: {base}{moved}");
+    println!("  service token {service_token}\n  admin token   {admin_token}\n");
+
+    // 4. The mix, through the API.
+    let client =
+        submit::Api { http: reqwest::Client::new(), base: base.clone(), service_token: &service_token, auth: &auth };
+    let submitted = submit::submit_mix(&client, &push, &sms, &miao).await?;
+    print_submissions(&submitted);
+
+    // 5. Workers, until drained.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = tokio::task::JoinSet::new();
+    for i in 0..WORKERS {
+        let worker = Worker::new(
+            Arc::clone(&store_port),
+            Arc::clone(&registry),
+            Arc::clone(&cipher),
+            Arc::clone(&clock),
+            WorkerConfig {
+                id: format!("demo-{}-{i}", std::process::id()),
+                lease: Millis(LEASE_MS),
+                batch: 4,
+                idle_poll: Duration::from_millis(50),
+            },
+        );
+        let stop = stop_rx.clone();
+        workers.spawn(async move { worker.run(stop, None).await });
+    }
+    println!("\n{WORKERS} workers draining:");
+    let (drained, drain_time) = drain(&store, options.progress).await?;
+    println!("  {} in {:.1} s", if drained { "drained" } else { "NOT drained" }, drain_time.as_secs_f64());
+
+    // 6. The summary.
+    let standins = StandIns { push: &push, sms: &sms, miao: &miao };
+    let (channels, cases) = summary::count(store_port.as_ref(), &submitted, &standins).await?;
+    let notification_rows = count_rows(&store, "notification").await?;
+    let task_rows = count_rows(&store, "delivery_task").await?;
+    let parked = store_port.parked(100).await?;
+    let report = DemoReport {
+        channels,
+        cases,
+        submitted,
+        notification_rows,
+        task_rows,
+        drained,
+        drain_time,
+        parked: parked.iter().map(|t| t.task_id.0).collect(),
+    };
+    print_summary(&report);
+    print_next_steps(&options, &report, &parked, &base, &service_token, &admin_token, &auth, (&db_url, showable));
+
+    let mut spares = None;
+    if !options.exit {
+        if let Some(ports) = options.spare_standins {
+            spares = spare_standins(ports).await;
+            if let Some([push, sms, miao]) = &spares {
+                println!(
+                    "\nSpare stand-ins for your own tries (example.toml points at them): push {}, sms {}, miao {};\n  \
+                     the miao code {} is always answered after {} s, beyond example.toml's timeout (a parked task).",
+                    push.base_url(),
+                    sms.base_url(),
+                    miao.base_url(),
+                    scenario::LATE_MIAO_CODE,
+                    scenario::LATE_MIAO_DELAY.as_secs()
+                );
+            }
+        }
+        println!("\nThe API, the workers and the stand-ins keep running; ctrl-c stops them.");
+        stop_signal().await;
+        println!("\nstopping");
+    }
+    let _ = stop_tx.send(true);
+    while workers.join_next().await.is_some() {}
+    let _ = api_stop_tx.send(());
+    let _ = server.await;
+    push.shutdown().await;
+    sms.shutdown().await;
+    miao.shutdown().await;
+    for spare in spares.into_iter().flatten() {
+        spare.shutdown().await;
+    }
+    store.pool().close().await;
+    if let Some(pg) = private {
+        println!("The private PostgreSQL keeps running for the next run; to stop it: {}", pg.stop_command());
+    }
+    Ok(report)
+}
+
+fn print_submissions(s: &submit::Submitted) {
+    let cases = CASES.len();
+    println!("Submitted through the API:");
+    println!("  {:<52} {} x 201 created", format!("{} users, one order notification each", scenario::USERS), s.created);
+    println!(
+        "  {:<52} {} x 200 created: false (same notification, nothing written)",
+        format!("the first {} again (a retried call)", scenario::DUPLICATES),
+        scenario::DUPLICATES
+    );
+    println!(
+        "  {:<52} 201, {} notifications",
+        format!("/v1/events fanned out to {} users", scenario::FAN_OUT),
+        s.fan_out_created
+    );
+    println!("  {:<52} {}, {} new", "the same event again", s.fan_out_repeat.0, s.fan_out_repeat.1);
+    if let Some((_, tasks)) = s.in_app {
+        println!("  {:<52} 201, {tasks} tasks (inbox only)", "a user with no channel");
+    }
+    println!("  {:<52} {}, nothing written", "an invalid submit (ttl_seconds: 0)", s.invalid_status);
+    println!("  {:<52} {cases} x 201, one task each, stand-ins scripted:", format!("{cases} scripted cases"));
+    for case in CASES {
+        println!("    {:<20} {:<5} {:<48} expect {}", case.id, case.channel.name(), case.scripted, case.end.label());
+    }
+    println!("  {} tasks in all", s.tasks);
+}
+
+fn print_summary(report: &DemoReport) {
+    let s = &report.submitted;
+    println!("\nSummary per channel (Herald's task states | what the stand-in channels counted):");
+    print!("{}", summary::channel_table(&report.channels));
+    println!(
+        "\n  logical notifications: {} rows for {} distinct submits; {} duplicate submits wrote nothing; {} in-app only",
+        report.notification_rows,
+        s.notifications.len(),
+        s.duplicates,
+        s.in_app.map_or(0, |_| 1)
+    );
+    let extra: u64 = report.channels.iter().map(|c| c.extra_sends).sum();
+    println!(
+        "  real sends = SENT + the parked whose call the channel did accept before the answer was lost; extra sends \
+         (a user prompted twice for one notification): {extra}"
+    );
+    println!("\nScripted cases (expected -> observed):");
+    print!("{}", summary::case_table(&report.cases));
+    let unexpected = report.cases.iter().filter(|c| !c.ok).count();
+    println!(
+        "  {} of {} cases as expected{}",
+        report.cases.len() - unexpected,
+        report.cases.len(),
+        if unexpected == 0 { "" } else { " — see UNEXPECTED above" }
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_next_steps(
+    options: &DemoOptions,
+    report: &DemoReport,
+    parked: &[herald_ports::TaskView],
+    base: &str,
+    service_token: &str,
+    admin_token: &str,
+    auth: &Authenticator,
+    (db_url, showable): (&str, bool),
+) {
+    let herald = &options.herald;
+    println!("\nParked: {} tasks wait for a human (outcome unknown; never resent automatically).", parked.len());
+    if showable {
+        println!("  export HERALD__DATABASE__URL={db_url}");
+    } else {
+        println!("  export HERALD__DATABASE__URL=<the server URL, with database {}>", options.database);
+    }
+    println!("  {herald} review list");
+    for task in parked {
+        let outcomes: Vec<&str> = task.attempts.iter().map(|a| a.outcome.map_or("…", |o| o.as_str())).collect();
+        println!(
+            "  {herald} review resolve {} --sent --note \"checked with {}\"    # {} on {}: [{}]",
+            task.task_id,
+            task.channel,
+            task.user_id,
+            task.channel,
+            outcomes.join(", ")
+        );
+    }
+    let notification = report.submitted.notifications.iter().next().copied().unwrap_or(1);
+    let user = scenario::user(1);
+    println!("\nTry the API (while the demo runs):");
+    println!("  curl -s {base}/v1/notifications/{notification} -H 'Authorization: Bearer {service_token}'");
+    println!(
+        "  curl -s -X POST {base}/v1/notifications -H 'Authorization: Bearer {service_token}' \
+         -H 'Content-Type: application/json' \\\n       -d '{{\"user_id\":\"{user}\",\"event_key\":\"hello-1\",\"body\":\"Hello\",\"ttl_seconds\":3600}}'"
+    );
+    println!(
+        "  curl -s {base}/v1/users/{user}/inbox -H 'Authorization: Bearer {}'",
+        auth.user_token(&user).expose_secret()
+    );
+    println!("  curl -s {base}/v1/review -H 'Authorization: Bearer {admin_token}'");
+    if let Some(task) = parked.first() {
+        println!(
+            "  curl -s -X POST {base}/v1/tasks/{}/resolve -H 'Authorization: Bearer {admin_token}' \
+             -H 'Content-Type: application/json' \\\n       -d '{{\"final_state\":\"SENT\",\"note\":\"the user confirmed it\"}}'",
+            task.task_id
+        );
+    }
+    println!("  curl -s {base}/metrics");
+}

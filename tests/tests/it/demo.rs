@@ -1,0 +1,59 @@
+//! `herald demo` end to end against the test server (`DATABASE_URL`): its scripted mix must end as the
+//! scenario table says, with no user prompted twice.
+
+use herald_app::demo::scenario::{self, Ch, End, CASES};
+use herald_app::demo::{self, DemoOptions, Server};
+use secrecy::SecretString;
+use sqlx::Connection as _;
+
+#[tokio::test]
+async fn the_demo_mix_ends_as_its_scenario_table_says() {
+    let database = format!("herald_demo_it_{}", std::process::id());
+    let mut options = DemoOptions::new(Server::Url(SecretString::from(herald_tests::db::server_url())));
+    options.database.clone_from(&database);
+    options.listen = "127.0.0.1:0".parse().unwrap();
+    options.spare_standins = None;
+    options.exit = true;
+    options.progress = false;
+    options.metrics = false;
+    let report = demo::run(options).await.expect("the demo runs");
+
+    assert!(report.drained, "every task settled");
+    let unexpected: Vec<_> = report.cases.iter().filter(|c| !c.ok).collect();
+    assert!(unexpected.is_empty(), "cases not as the table expects: {unexpected:#?}");
+    assert_eq!(report.cases.len(), CASES.len());
+
+    // Logical dedup: duplicates answered with the first notification and wrote no row.
+    let s = &report.submitted;
+    let distinct = scenario::USERS + scenario::FAN_OUT + 1 + CASES.len();
+    assert_eq!(report.notification_rows, distinct as u64);
+    assert_eq!(s.notifications.len(), distinct);
+    assert_eq!(s.duplicates, (scenario::DUPLICATES + scenario::FAN_OUT) as u64);
+    assert_eq!(s.duplicates_same_id, s.duplicates);
+    assert_eq!(s.fan_out_repeat, (200, 0));
+    assert_eq!(s.in_app.map(|(_, tasks)| tasks), Some(0), "the in-app-only user has no task");
+    assert_eq!(s.invalid_status, 422);
+    assert_eq!(report.task_rows, s.tasks);
+
+    // External duplication: nobody prompted twice; every real send is a SENT task or a parked one whose
+    // call the channel accepted before its answer was lost (each parked case was accepted once).
+    for ch in Ch::ALL {
+        let line = report.channel(ch);
+        assert_eq!(line.unsettled, 0, "{}", line.channel);
+        assert_eq!(line.extra_sends, 0, "{}: a user was prompted twice", line.channel);
+        let parked_cases = CASES.iter().filter(|c| c.channel == ch && c.end == End::Parked).count() as u64;
+        assert_eq!(line.parked, parked_cases, "{}", line.channel);
+        assert_eq!(line.real_sends, line.sent + line.parked, "{}", line.channel);
+    }
+    let push = report.channel(Ch::Push);
+    assert!(push.requests > push.real_sends, "the push replay was a request without a send");
+
+    // The Miaotixing timeout is parked and listed for review.
+    let (index, _) = CASES.iter().enumerate().find(|(_, c)| c.id == "miao-late").expect("case");
+    assert_eq!(report.cases[index].end, Some(End::Parked));
+    assert!(report.parked.contains(&report.cases[index].task_id));
+    assert_eq!(report.parked.len(), CASES.iter().filter(|c| c.end == End::Parked).count());
+
+    let mut conn = sqlx::PgConnection::connect(&herald_tests::db::server_url()).await.expect("server");
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).execute(&mut conn).await.expect("drop");
+}
