@@ -230,7 +230,12 @@ impl Worker {
             if busy {
                 continue;
             }
-            let pause = if failures == 0 { self.config.idle_poll } else { outage_backoff(failures) };
+            let pause = if failures == 0 {
+                tracing::trace!(worker = %self.config.id, "idle: waiting for a wake-up, the poll interval or shutdown");
+                self.config.idle_poll
+            } else {
+                outage_backoff(failures)
+            };
             let mut wake_closed = false;
             let woken = async {
                 match wake.as_mut() {
