@@ -11,7 +11,7 @@ use herald_channels::config::ChannelConfig;
 use herald_channels::standin::{Kind, Script, StandIn, MIAO_BAD_PARAMS, MIAO_NOT_FOUND, MIAO_OK};
 use herald_channels::HttpChannel;
 use herald_domain::classify::Classified;
-use herald_domain::{ChannelKind, IdempotencyKey, Millis, Observation, Outcome, RefusalProof, TaskId};
+use herald_domain::{ChannelKind, IdempotencyKey, Millis, Observation, Outcome, RefusalProof};
 use herald_ports::{Channel, OutboundMessage};
 use secrecy::SecretString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,10 +27,10 @@ static NEXT_TASK: AtomicI64 = AtomicI64::new(1);
 
 /// A message for a fresh task, so no two cases share a reference or an idempotency key.
 fn message() -> OutboundMessage {
-    let task = TaskId(NEXT_TASK.fetch_add(1, Ordering::Relaxed));
+    let reference = NEXT_TASK.fetch_add(1, Ordering::Relaxed).to_string();
     OutboundMessage {
-        reference: task.0.to_string(),
-        idempotency_key: IdempotencyKey::for_task(task),
+        idempotency_key: IdempotencyKey::for_task(&reference),
+        reference,
         destination: SecretString::from(DEST),
         text: "hello".to_owned(),
         ttl_seconds: 60,

@@ -7,7 +7,7 @@ use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
 use herald_channels::standin::{Kind, StandIn};
 use herald_channels::{HttpChannel, HttpChannelRegistry};
-use herald_domain::{ChannelKind, ChannelName, IdempotencyKey, Observation, TaskId, UserId};
+use herald_domain::{ChannelKind, ChannelName, IdempotencyKey, Observation, UserId};
 use herald_ports::{Channel, ChannelRegistry, CipherError, DestinationCipher, OutboundMessage};
 use secrecy::{ExposeSecret, SecretString};
 
@@ -87,7 +87,7 @@ async fn a_send_through_the_registry_traces_the_channel_and_never_the_destinatio
     let channel = registry.get(&ChannelName::new("push")).expect("configured");
     let message = OutboundMessage {
         reference: "7".to_owned(),
-        idempotency_key: IdempotencyKey::for_task(TaskId(7)),
+        idempotency_key: IdempotencyKey::for_task("7"),
         destination: SecretString::from(DEST),
         text: "hello".to_owned(),
         ttl_seconds: 30,

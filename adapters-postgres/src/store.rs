@@ -237,7 +237,7 @@ pub(crate) async fn egress(
 /// index serves both halves of the runnable predicate; the domain re-checks each row.
 pub(crate) const CLAIM_QUERY: &str = "SELECT t.id, t.user_id, t.notification_id, t.channel, t.state, \
      t.attempt_token, t.lease_until, t.outcome_uncertain, t.uncertain_since, t.needs_review, t.next_attempt_at, \
-     t.attempt_count, t.max_attempts, t.last_attempt_no, t.digest_count, \
+     t.attempt_count, t.max_attempts, t.last_attempt_no, t.digest_count, t.reference::text AS reference, \
      n.body, n.expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination, a.started_at AS holder_started_at \
      FROM delivery_task t \
      JOIN notification n ON n.user_id = t.user_id AND n.id = t.notification_id \
@@ -338,6 +338,7 @@ pub(crate) async fn claim_row(
             .map_err(store_error)?;
             batch.claimed.push(ClaimedTask {
                 task_id: task.id,
+                reference: row.try_get("reference").map_err(store_error)?,
                 notification_id: task.notification_id,
                 user_id: task.user_id.clone(),
                 channel: task.channel.clone(),
@@ -627,7 +628,8 @@ pub(crate) async fn task_summaries(
     notification: NotificationId,
 ) -> Result<Vec<TaskSummary>, StoreError> {
     let rows = sqlx::query(
-        "SELECT id, channel, state FROM delivery_task WHERE user_id = $1 AND notification_id = $2 ORDER BY id",
+        "SELECT id, reference::text AS reference, channel, state FROM delivery_task \
+         WHERE user_id = $1 AND notification_id = $2 ORDER BY id",
     )
     .bind(user.as_str())
     .bind(notification.0)
@@ -639,6 +641,7 @@ pub(crate) async fn task_summaries(
             let state: String = row.try_get("state").map_err(store_error)?;
             Ok(TaskSummary {
                 task_id: TaskId(row.try_get("id").map_err(store_error)?),
+                reference: row.try_get("reference").map_err(store_error)?,
                 channel: ChannelName(row.try_get("channel").map_err(store_error)?),
                 state: parse_code(&state)?,
             })

@@ -91,10 +91,10 @@ pub(crate) async fn create_task(
             }
         }
     }
-    let id: i64 = sqlx::query_scalar(
+    let (id, reference): (i64, String) = sqlx::query_as(
         "INSERT INTO delivery_task (user_id, notification_id, channel, state, next_attempt_at, max_attempts, \
          thread_key, digest_count, created_at, updated_at) \
-         VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $8) RETURNING id",
+         VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $8) RETURNING id, reference::text",
     )
     .bind(new.user_id.as_str())
     .bind(notification.0)
@@ -107,17 +107,18 @@ pub(crate) async fn create_task(
     .fetch_one(&mut *conn)
     .await
     .map_err(store_error)?;
-    Ok(Some(TaskSummary { task_id: TaskId(id), channel: channel.clone(), state: TaskState::Pending }))
+    Ok(Some(TaskSummary { task_id: TaskId(id), reference, channel: channel.clone(), state: TaskState::Pending }))
 }
 
 const TASK_VIEW_COLUMNS: &str = "id, user_id, notification_id, channel, state, outcome_uncertain, needs_review, \
-     attempt_count, next_attempt_at, provider_msg_id, last_error, digest_count";
+     attempt_count, next_attempt_at, provider_msg_id, last_error, digest_count, reference::text AS reference";
 
 fn task_view(row: &PgRow) -> Result<TaskView, StoreError> {
     let e = store_error;
     let state: String = row.try_get("state").map_err(e)?;
     Ok(TaskView {
         task_id: TaskId(row.try_get("id").map_err(e)?),
+        reference: row.try_get("reference").map_err(e)?,
         notification_id: NotificationId(row.try_get("notification_id").map_err(e)?),
         user_id: UserId(row.try_get("user_id").map_err(e)?),
         channel: ChannelName(row.try_get("channel").map_err(e)?),

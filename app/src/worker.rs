@@ -349,7 +349,7 @@ impl Worker {
             });
         };
         let rules = channel.rules();
-        let reference = task.task_id.to_string();
+        let reference = task.reference.clone();
         if task.action == Action::Query {
             if !slot_kept(rules.min_interval, rules.egress_guard, clock_read.elapsed()) {
                 return None;
@@ -373,7 +373,7 @@ impl Worker {
         let ttl_left = task.expires_at.since(task.finish.attempt_started_at);
         let message = OutboundMessage {
             reference,
-            idempotency_key: IdempotencyKey::for_task(task.task_id),
+            idempotency_key: IdempotencyKey::for_task(&task.reference),
             destination,
             text: channel.outbound_text(&task.body, task.digest_count),
             ttl_seconds: ttl_left.as_millis().div_ceil(1000).max(1),
@@ -431,6 +431,7 @@ mod tests {
     fn claimed(task: i64) -> ClaimedTask {
         ClaimedTask {
             task_id: TaskId(task),
+            reference: format!("ref-{task}"),
             notification_id: NotificationId(1),
             user_id: UserId::from("u1"),
             channel: ChannelName::from("push"),
@@ -468,7 +469,8 @@ mod tests {
         let finishes = batch.claimed.len();
         store.expect_claim().times(1).in_sequence(&mut seq).return_once(move |_| Ok(batch));
         channel.expect_send().times(sends).in_sequence(&mut seq).returning(|message| {
-            assert_eq!(message.idempotency_key.as_str(), "ntf-3");
+            assert_eq!(message.idempotency_key.as_str(), "ntf-ref-3");
+            assert_eq!(message.reference, "ref-3");
             Classified {
                 observation: Observation::Accepted { provider_msg_id: Some("p-1".into()) },
                 detail: "ok".into(),

@@ -89,16 +89,19 @@ impl fmt::Display for AttemptToken {
     }
 }
 
-/// The idempotency key sent to channels that honour one. It is derived from the task alone, so it is
-/// identical across every attempt of the task — that is what lets the channel recognise a resend.
+/// The idempotency key sent to channels that honour one. It is derived from the task's reference alone,
+/// so it is identical across every attempt of the task — that is what lets the channel recognise a
+/// resend. The reference is a random UUID given to the task at creation, unique beyond one database: a
+/// key made of a task id could collide between installations sharing a channel, and the channel would
+/// then answer a new notification with the replay of an old one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
     #[must_use]
-    pub fn for_task(task: TaskId) -> Self {
-        IdempotencyKey(format!("ntf-{}", task.0))
+    pub fn for_task(reference: &str) -> Self {
+        IdempotencyKey(format!("ntf-{reference}"))
     }
 
     /// The key of a settings-page test send: its own reference (`test-…`), which can never equal a
@@ -126,8 +129,9 @@ mod tests {
 
     #[test]
     fn idempotency_key_is_derived_from_the_task_only() {
-        assert_eq!(IdempotencyKey::for_task(TaskId(42)).as_str(), "ntf-42");
-        assert_eq!(IdempotencyKey::for_task(TaskId(42)), IdempotencyKey::for_task(TaskId(42)));
-        assert_ne!(IdempotencyKey::for_task(TaskId(42)), IdempotencyKey::for_task(TaskId(43)));
+        let reference = "0b5e2f6e-3c1d-4a8e-9f1a-2d7c4b9e8a01";
+        assert_eq!(IdempotencyKey::for_task(reference).as_str(), format!("ntf-{reference}"));
+        assert_eq!(IdempotencyKey::for_task(reference), IdempotencyKey::for_task(reference));
+        assert_ne!(IdempotencyKey::for_task(reference), IdempotencyKey::for_task("another"));
     }
 }

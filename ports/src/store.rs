@@ -56,6 +56,8 @@ impl ChannelTable {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskSummary {
     pub task_id: TaskId,
+    /// The reference channels know the task by.
+    pub reference: String,
     pub channel: ChannelName,
     pub state: TaskState,
 }
@@ -84,6 +86,9 @@ pub struct ClaimRequest {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimedTask {
     pub task_id: TaskId,
+    /// The task's reference: sent to channels (`ref`, and in the idempotency key), unique beyond this
+    /// database.
+    pub reference: String,
     pub notification_id: NotificationId,
     pub user_id: UserId,
     pub channel: ChannelName,
@@ -169,6 +174,8 @@ pub struct AttemptView {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskView {
     pub task_id: TaskId,
+    /// The reference channels know the task by (`ref`, and `ntf-{reference}` as idempotency key).
+    pub reference: String,
     pub notification_id: NotificationId,
     pub user_id: UserId,
     pub channel: ChannelName,

@@ -224,6 +224,17 @@ impl World {
         view.tasks.into_iter().find(|t| t.task_id == task).ok_or_else(|| anyhow::anyhow!("no task {task}"))
     }
 
+    /// The reference channels know a task by (`ref` on the wire, `ntf-{reference}` as idempotency key).
+    ///
+    /// # Errors
+    /// When the task does not exist.
+    pub async fn reference(&self, task: TaskId) -> anyhow::Result<String> {
+        Ok(sqlx::query_scalar("SELECT reference::text FROM delivery_task WHERE id = $1")
+            .bind(task.0)
+            .fetch_one(self.store.pool())
+            .await?)
+    }
+
     /// Moves the manual clock.
     pub fn advance(&self, ms: u64) {
         self.manual.advance(Millis(ms));

@@ -163,12 +163,14 @@ impl ApiClient {
     }
 }
 
-fn task_of(created: &Value, channel: &str) -> i64 {
+/// The reference channels know a created notification's task on `channel` by.
+fn reference_of(created: &Value, channel: &str) -> String {
     created["tasks"]
         .as_array()
         .and_then(|tasks| tasks.iter().find(|t| t["channel"] == channel))
-        .and_then(|t| t["task_id"].as_i64())
+        .and_then(|t| t["reference"].as_str())
         .unwrap_or_else(|| panic!("no {channel} task in {created}"))
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,12 +271,12 @@ async fn a_planted_destination_appears_in_no_log_error_response_or_row() -> anyh
     //    Miaotixing unknowns (parked) and a Miaotixing refusal text.
     // Accepted, then answered after 1 s: beyond the adapters' 300 ms client timeout.
     let slow = Script::Delay(Duration::from_secs(1));
-    world.push.script_for(&task_of(b, "push").to_string(), slow.clone());
-    world.push.script_for(&task_of(c, "push").to_string(), Script::status(503));
-    world.push.script_for(&task_of(d, "push").to_string(), Script::retry_after(429, 1));
-    world.sms.script_for(&task_of(a, "sms").to_string(), Script::status(400));
-    world.sms.script_for(&task_of(b, "sms").to_string(), Script::DropAfterAccept);
-    world.sms.script_for(&task_of(c, "sms").to_string(), slow);
+    world.push.script_for(&reference_of(b, "push"), slow.clone());
+    world.push.script_for(&reference_of(c, "push"), Script::status(503));
+    world.push.script_for(&reference_of(d, "push"), Script::retry_after(429, 1));
+    world.sms.script_for(&reference_of(a, "sms"), Script::status(400));
+    world.sms.script_for(&reference_of(b, "sms"), Script::DropAfterAccept);
+    world.sms.script_for(&reference_of(c, "sms"), slow);
     world.miao.script_for(&destination("leak-b", "miao"), Script::Garbage);
     world.miao.script_for(&destination("leak-c", "miao"), Script::DropAfterAccept);
     world.miao.script_for(&destination("leak-d", "miao"), Script::text(200, MIAO_NOT_FOUND));

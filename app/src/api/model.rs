@@ -237,6 +237,8 @@ impl SubmitEvent {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TaskSummaryBody {
     pub task_id: i64,
+    /// The reference channels know the task by: `ref` on the wire, `ntf-{reference}` as idempotency key.
+    pub reference: String,
     pub channel: String,
     /// `PENDING`, `SENDING`, `SENT`, `FAILED`, `SUPPRESSED` or `UNKNOWN`.
     pub state: String,
@@ -244,7 +246,12 @@ pub struct TaskSummaryBody {
 
 impl From<&TaskSummary> for TaskSummaryBody {
     fn from(task: &TaskSummary) -> Self {
-        TaskSummaryBody { task_id: task.task_id.0, channel: task.channel.to_string(), state: task.state.to_string() }
+        TaskSummaryBody {
+            task_id: task.task_id.0,
+            reference: task.reference.clone(),
+            channel: task.channel.to_string(),
+            state: task.state.to_string(),
+        }
     }
 }
 
@@ -312,6 +319,8 @@ impl From<&AttemptView> for AttemptBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TaskBody {
     pub task_id: i64,
+    /// The reference channels know the task by: `ref` on the wire, `ntf-{reference}` as idempotency key.
+    pub reference: String,
     pub channel: String,
     pub state: String,
     pub needs_review: bool,
@@ -332,6 +341,7 @@ impl From<&TaskView> for TaskBody {
     fn from(t: &TaskView) -> Self {
         TaskBody {
             task_id: t.task_id.0,
+            reference: t.reference.clone(),
             channel: t.channel.to_string(),
             state: t.state.to_string(),
             needs_review: t.needs_review,

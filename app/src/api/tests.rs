@@ -153,7 +153,12 @@ fn created(created: bool) -> Created {
     Created {
         notification_id: NotificationId(7),
         created,
-        tasks: vec![TaskSummary { task_id: TaskId(70), channel: ChannelName::new("push"), state: TaskState::Pending }],
+        tasks: vec![TaskSummary {
+            task_id: TaskId(70),
+            reference: "ref-70".into(),
+            channel: ChannelName::new("push"),
+            state: TaskState::Pending,
+        }],
     }
 }
 
@@ -175,7 +180,11 @@ async fn submit_creates_with_201_and_a_duplicate_answers_200() {
         assert_eq!(answer.status, status, "{}", answer.text);
         assert_eq!(
             answer.json(),
-            json!({"notification_id": 7, "created": is_new, "tasks": [{"task_id": 70, "channel": "push", "state": "PENDING"}]})
+            json!({
+                "notification_id": 7,
+                "created": is_new,
+                "tasks": [{"task_id": 70, "reference": "ref-70", "channel": "push", "state": "PENDING"}]
+            })
         );
     }
 }

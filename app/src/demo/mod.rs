@@ -42,8 +42,7 @@ use summary::{CaseResult, ChannelSummary, StandIns};
 pub const DEMO_DATABASE: &str = "herald_demo";
 /// Ports of the spare stand-ins (push, sms, miao) that `example.toml` points at: channels for the
 /// reader's own experiments while the demo runs. The demo's own traffic uses stand-ins on free ports, so
-/// that its counters stay about the demo and the two sets of task ids never share an idempotency-key
-/// space (`ntf-{task}` is unique per database only).
+/// that its counters stay about the demo alone.
 pub const SPARE_STANDIN_PORTS: [u16; 3] = [9001, 9002, 9003];
 /// Concurrent worker cycles.
 pub const WORKERS: u32 = 4;

@@ -19,6 +19,7 @@ const TTL_SECONDS: u64 = 3_600;
 #[derive(Debug, Deserialize)]
 pub struct TaskBody {
     pub task_id: i64,
+    pub reference: String,
     pub channel: String,
 }
 
@@ -230,7 +231,7 @@ pub async fn submit_mix(api: &Api<'_>, push: &StandIn, sms: &StandIn, miao: &Sta
         ensure!(status == 201 && created.tasks.len() == 1, "case {} did not create one task", case.id);
         let task = &created.tasks[0];
         ensure!(task.channel == case.channel.name(), "case {} got a task on {}", case.id, task.channel);
-        let reference = task.task_id.to_string();
+        let reference = task.reference.clone();
         match case.channel {
             Ch::Push => (case.steps)().into_iter().for_each(|step: Script| push.script_for(&reference, step)),
             Ch::Sms => (case.steps)().into_iter().for_each(|step: Script| sms.script_for(&reference, step)),

@@ -80,7 +80,7 @@ impl StandIns<'_> {
     /// wire, so by destination (each case user has one task).
     fn sends_for(&self, ch: Ch, task: &TaskView) -> u64 {
         match ch {
-            Ch::Push | Ch::Sms => self.of(ch).sends_for(&task.task_id.to_string()),
+            Ch::Push | Ch::Sms => self.of(ch).sends_for(&task.reference),
             Ch::Miao => self.miao.sends_to(&scenario::destination(task.user_id.as_str(), Ch::Miao)),
         }
     }

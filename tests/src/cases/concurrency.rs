@@ -64,7 +64,7 @@ pub async fn n2() -> anyhow::Result<Evidence> {
             &view.provider_msg_id,
         );
         let stand_in = if name == "push" { &world.push } else { &world.sms };
-        ev.eq(&format!("{name}: real sends"), 1, stand_in.sends_for(&task.task_id.to_string()));
+        ev.eq(&format!("{name}: real sends"), 1, stand_in.sends_for(&view.reference));
         let expected = World::destination("u1", name);
         let got = stand_in.messages().first().map(|m| m.to.clone());
         ev.eq(&format!("{name}: decrypted destination reached the channel"), Some(expected), got);
@@ -158,8 +158,8 @@ pub async fn nc1() -> anyhow::Result<Evidence> {
     let channel = world.registry.get(&"sms".into()).expect("sms");
     for claimed in &winners {
         let message = OutboundMessage {
-            reference: claimed.task_id.to_string(),
-            idempotency_key: IdempotencyKey::for_task(claimed.task_id),
+            reference: claimed.reference.clone(),
+            idempotency_key: IdempotencyKey::for_task(&claimed.reference),
             destination: SecretString::from(World::destination("u1", "sms")),
             text: "hello".into(),
             ttl_seconds: 60,
@@ -168,7 +168,7 @@ pub async fn nc1() -> anyhow::Result<Evidence> {
         let _ = channel.send(&message).await;
     }
     let task = created.tasks[0].task_id;
-    ev.eq("real sends of one task (duplicate)", 2, world.sms.sends_for(&task.to_string()));
+    ev.eq("real sends of one task (duplicate)", 2, world.sms.sends_for(&world.reference(task).await?));
     ev.eq("attempt rows for one claim", 2, world.db.count("SELECT count(*) FROM delivery_attempt").await?);
     Ok(ev)
 }

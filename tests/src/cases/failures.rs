@@ -28,8 +28,8 @@ pub async fn f1() -> anyhow::Result<Evidence> {
     let view = world.task(retried.notification_id, task).await?;
     ev.eq("503 case: attempts", codes(&["RETRYABLE_REJECT", "ACCEPTED"]), outcomes(&view));
     ev.eq("503 case: state", TaskState::Sent, view.state);
-    ev.eq("503 case: requests", 2, world.push.requests_for(&task.to_string()));
-    ev.eq("503 case: real sends", 1, world.push.sends_for(&task.to_string()));
+    ev.eq("503 case: requests", 2, world.push.requests_for(&world.reference(task).await?));
+    ev.eq("503 case: real sends", 1, world.push.sends_for(&world.reference(task).await?));
 
     let rejected = world.submit("u1", "f1-400", HOUR, None).await?;
     let task = rejected.tasks[0].task_id;
@@ -39,7 +39,7 @@ pub async fn f1() -> anyhow::Result<Evidence> {
     ev.eq("400 case: attempts", codes(&["REJECTED"]), outcomes(&view));
     ev.eq("400 case: state", TaskState::Failed, view.state);
     ev.eq("400 case: next_attempt_at", None, view.next_attempt_at);
-    ev.eq("400 case: real sends", 0, world.push.sends_for(&task.to_string()));
+    ev.eq("400 case: real sends", 0, world.push.sends_for(&world.reference(task).await?));
     world.advance(LATER);
     ev.eq("400 case: never retried", 0, worker.run_once().await?.len());
     Ok(ev)
@@ -93,7 +93,7 @@ pub async fn b2() -> anyhow::Result<Evidence> {
     ev.eq("next_attempt_at", None, view.next_attempt_at);
     world.advance(LATER);
     ev.eq("no further cycle claims it", 0, worker.run_once().await?.len());
-    ev.eq("real sends", 1, world.sms.sends_for(&task.to_string()));
+    ev.eq("real sends", 1, world.sms.sends_for(&world.reference(task).await?));
     ev.eq("queries (none after expiry)", 0, world.sms.queries());
     Ok(ev)
 }

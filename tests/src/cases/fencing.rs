@@ -66,8 +66,8 @@ pub async fn nc3() -> anyhow::Result<Evidence> {
     let channel = world.registry.get(&"push".into()).ok_or_else(|| anyhow::anyhow!("push"))?;
     let sent = channel
         .send(&herald_ports::OutboundMessage {
-            reference: task.to_string(),
-            idempotency_key: herald_domain::IdempotencyKey::for_task(task),
+            reference: new.reference.clone(),
+            idempotency_key: herald_domain::IdempotencyKey::for_task(&new.reference),
             destination: secrecy::SecretString::from(World::destination("u1", "push")),
             text: "hello".into(),
             ttl_seconds: 60,
@@ -83,7 +83,7 @@ pub async fn nc3() -> anyhow::Result<Evidence> {
     herald_postgres::negative::finish_by_id_only(&world.store, &late).await?;
     let view = world.task(created.notification_id, task).await?;
     ev.eq("after finishing by id only: state (damage)", TaskState::Unknown, view.state);
-    ev.eq("real sends", 1, world.push.sends_for(&task.to_string()));
+    ev.eq("real sends", 1, world.push.sends_for(&world.reference(task).await?));
     Ok(ev)
 }
 
@@ -217,8 +217,8 @@ pub async fn p1() -> anyhow::Result<Evidence> {
     let view = world.task(created.notification_id, task).await?;
     ev.eq("attempts", codes(&["LEASE_EXPIRED", "ACCEPTED_REPLAY"]), outcomes(&view));
     ev.eq("state", TaskState::Sent, view.state);
-    ev.eq("requests at the stand-in", 2, world.push.requests_for(&task.to_string()));
-    ev.eq("real sends", 1, world.push.sends_for(&task.to_string()));
+    ev.eq("requests at the stand-in", 2, world.push.requests_for(&world.reference(task).await?));
+    ev.eq("real sends", 1, world.push.sends_for(&world.reference(task).await?));
     Ok(ev)
 }
 
@@ -259,6 +259,6 @@ pub async fn p2() -> anyhow::Result<Evidence> {
         "Some(ACCEPTED) or Some(TIMEOUT)",
         late,
     );
-    ev.eq("real sends", 1, world.push.sends_for(&task.to_string()));
+    ev.eq("real sends", 1, world.push.sends_for(&world.reference(task).await?));
     Ok(ev)
 }

@@ -30,7 +30,7 @@ pub async fn t1() -> anyhow::Result<Evidence> {
     world.user("u1", &["push"]).await?;
     let created = world.submit("u1", "t1", HOUR, None).await?;
     let task = created.tasks[0].task_id;
-    let reference = task.to_string();
+    let reference = world.reference(task).await?;
     world.push.script(accept_then_time_out());
     let worker = world.worker("w1", 60_000);
     worker.run_once().await?;
@@ -51,7 +51,7 @@ pub async fn t1() -> anyhow::Result<Evidence> {
     ev.eq("state", TaskState::Sent, view.state);
     ev.eq("requests at the stand-in", 2, world.push.requests_for(&reference));
     ev.eq("real sends", 1, world.push.sends_for(&reference));
-    let key = format!("ntf-{task}");
+    let key = format!("ntf-{reference}");
     ev.eq("idempotency keys sent", vec![key.clone(), key], world.push.idempotency_keys());
     Ok(ev)
 }
@@ -72,8 +72,8 @@ pub async fn t2() -> anyhow::Result<Evidence> {
     ev.eq("attempts", codes(&["TIMEOUT", "QUERY_FOUND"]), outcomes(&view));
     ev.eq("actions", codes(&["SEND", "QUERY"]), actions(&view));
     ev.eq("state", TaskState::Sent, view.state);
-    ev.eq("real sends", 1, world.sms.sends_for(&task.to_string()));
-    ev.eq("queries", 1, world.sms.queries_for(&task.to_string()));
+    ev.eq("real sends", 1, world.sms.sends_for(&world.reference(task).await?));
+    ev.eq("queries", 1, world.sms.queries_for(&world.reference(task).await?));
     Ok(ev)
 }
 
@@ -99,7 +99,7 @@ pub async fn t3() -> anyhow::Result<Evidence> {
     world.advance(24 * HOUR);
     let again = worker.run_once().await?;
     ev.eq("a day later, cycles claim nothing", 0, again.len());
-    ev.eq("real sends", 1, world.sms.sends_for(&task.to_string()));
+    ev.eq("real sends", 1, world.sms.sends_for(&world.reference(task).await?));
     let parked = world.store.parked(100).await?;
     ev.eq("listed for review", vec![task], parked.iter().map(|t| t.task_id).collect::<Vec<_>>());
     let now = world.manual.read();
@@ -139,7 +139,7 @@ pub async fn nc2() -> anyhow::Result<Evidence> {
     ev.eq("logical notifications", 1, world.db.count("SELECT count(*) FROM notification").await?);
     ev.eq("attempts", codes(&["TIMEOUT", "ACCEPTED"]), outcomes(&view));
     ev.eq("actions (blind resend, no query)", codes(&["SEND", "SEND"]), actions(&view));
-    ev.eq("real sends of one notification (damage)", 2, world.sms.sends_for(&task.to_string()));
+    ev.eq("real sends of one notification (damage)", 2, world.sms.sends_for(&world.reference(task).await?));
     Ok(ev)
 }
 
@@ -161,6 +161,6 @@ pub async fn b3() -> anyhow::Result<Evidence> {
     ev.eq("still uncertain", true, view.outcome_uncertain);
     ev.eq("needs_review", true, view.needs_review);
     ev.eq("next_attempt_at", None, view.next_attempt_at);
-    ev.eq("real sends", 1, world.push.sends_for(&task.to_string()));
+    ev.eq("real sends", 1, world.push.sends_for(&world.reference(task).await?));
     Ok(ev)
 }

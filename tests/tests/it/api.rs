@@ -50,6 +50,10 @@ async fn refused(
     answer
 }
 
+fn task_references(doc: &Value) -> Vec<String> {
+    doc["tasks"].as_array().expect("tasks").iter().map(|t| t["reference"].as_str().expect("reference").into()).collect()
+}
+
 fn task_ids(doc: &Value) -> Vec<i64> {
     doc["tasks"].as_array().expect("tasks").iter().map(|t| t["task_id"].as_i64().expect("task_id")).collect()
 }
@@ -311,8 +315,8 @@ async fn inbox_words_follow_the_task_states() {
     api.put("/v1/users/w/channels/miao", Some(&token), &json!({"enabled": false})).await.ok(StatusCode::OK);
     let n3 = api.post("/v1/notifications", SVC, &submit("n3", 3600)).await.ok(StatusCode::CREATED);
     let n4 = api.post("/v1/notifications", SVC, &submit("n4", 3600)).await.ok(StatusCode::CREATED);
-    world.push.script_for(&task_ids(&n3)[0].to_string(), Script::status(400));
-    world.push.script_for(&task_ids(&n4)[0].to_string(), Script::status(503));
+    world.push.script_for(&task_references(&n3)[0], Script::status(400));
+    world.push.script_for(&task_references(&n4)[0], Script::status(503));
     world.worker("api-w", 60_000).run_once().await.unwrap();
 
     // n5: not claimed yet.

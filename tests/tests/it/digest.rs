@@ -70,7 +70,7 @@ async fn three_instant_prompts_then_one_digest_sent_at_the_end_of_the_window() {
     assert_eq!(world.push.sends_to(&dest), 4, "three instant prompts and one digest");
     let texts = world.push.texts_to(&dest);
     assert_eq!(texts.last().map(String::as_str), Some("2 new updates"), "the count is in the text: {texts:?}");
-    assert_eq!(world.push.sends_for(&digest.to_string()), 1, "sent once, under the digest task's reference");
+    assert_eq!(world.push.sends_for(&view.reference), 1, "sent once, under the digest task's reference");
 }
 
 /// Threads and users are separate digests: a fourth event in another thread is an instant prompt.

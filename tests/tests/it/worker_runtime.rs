@@ -82,7 +82,7 @@ async fn a_new_task_wakes_an_idle_worker_through_notify() {
     .await;
 
     assert!(worker.cycles_run() > idle_after, "the loop ran a cycle after the notification");
-    assert_eq!(world.push.sends_for(&task_id.to_string()), 1);
+    assert_eq!(world.push.sends_for(&task(&world, id, task_id).await.reference), 1);
     stop_tx.send_replace(true);
     running.await.expect("the loop returns on shutdown");
     listener.await.expect("the listener task returns on shutdown");
@@ -198,7 +198,7 @@ async fn workers_survive_killed_database_connections_and_lose_nothing() {
             let view = task(&world, c.notification_id, summary.task_id).await;
             assert!(is_settled(&view), "task {} ended {} (parked: {})", view.task_id, view.state, view.is_parked());
             let stand_in = if summary.channel.as_str() == "push" { &world.push } else { &world.sms };
-            let sends = stand_in.sends_for(&summary.task_id.to_string());
+            let sends = stand_in.sends_for(&view.reference);
             // Push resends with the same key (replays are no send); sms queries before resending.
             assert!(sends <= 1, "task {} on {} was really sent {sends} times", view.task_id, summary.channel);
             if view.state == TaskState::Sent {
