@@ -7,6 +7,7 @@ mod digest;
 mod egress;
 mod example_config;
 mod facts;
+mod references;
 mod rotation;
 mod test_send;
 mod worker_runtime;
