@@ -478,13 +478,16 @@ impl NotificationStore for PgStore {
     #[tracing::instrument(skip_all, fields(worker = %request.worker))]
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         let mut tx = self.pool.begin().await.map_err(store_error)?;
-        let rows = sqlx::query(CLAIM_QUERY)
+        let mut rows = sqlx::query(CLAIM_QUERY)
             .bind(to_db(request.now))
             .bind(channel_names(&request.channels))
             .bind(i64::from(request.limit))
             .fetch_all(&mut *tx)
             .await
             .map_err(store_error)?;
+        // A batch may lock the egress rows of several rate-limited channels. Taking them in one global
+        // order (by channel name) keeps two claimers from waiting on each other's rows — a deadlock.
+        rows.sort_by_cached_key(|row| row.try_get::<String, _>("channel").unwrap_or_default());
         let mut batch = ClaimBatch::default();
         for row in &rows {
             claim_row(&mut tx, row, request, &mut batch).await?;
