@@ -49,9 +49,14 @@ pub(crate) async fn create_task(
         .await
         .map_err(store_error)?;
         let instants: Vec<Timestamp> = instants.into_iter().map(from_db).collect();
+        // Locked, so that a claim of this digest in progress is waited for and the row re-checked: a
+        // digest the claim took (its text and count already read) is no longer `PENDING` and takes no
+        // member, which would otherwise be counted in a digest that never mentions it. Claims skip the
+        // row while this transaction holds it, and read the count after it commits.
         let open = sqlx::query(
             "SELECT id, next_attempt_at FROM delivery_task WHERE user_id = $1 AND thread_key = $2 AND channel = $3 \
-             AND digest_count IS NOT NULL AND state = 'PENDING' AND next_attempt_at > $4 ORDER BY id DESC LIMIT 1",
+             AND digest_count IS NOT NULL AND state = 'PENDING' AND next_attempt_at > $4 ORDER BY id DESC LIMIT 1 \
+             FOR UPDATE",
         )
         .bind(new.user_id.as_str())
         .bind(thread.as_str())

@@ -8,6 +8,7 @@ mod egress;
 mod example_config;
 mod facts;
 mod references;
+mod review;
 mod rotation;
 mod test_send;
 mod worker_runtime;
