@@ -267,6 +267,7 @@ impl ChannelConfig {
             contract: ChannelContract::new(self.kind, self.refusal_5xx, self.query_consistency),
             retry: RetryPolicy::new(self.max_attempts, Millis(self.retry_base_ms), Millis(self.retry_cap_ms)),
             policy: Policy::Safe,
+            client_timeout: Millis(self.timeout_ms),
             min_interval: Millis(self.min_interval_ms()),
             egress_guard: Millis(self.egress_guard_ms()),
             digest: self.digest.map(|digest| DigestRule {

@@ -44,8 +44,9 @@ pub const DEFAULT_CONCURRENCY: u32 = 8;
 pub const DEFAULT_LEASE_MS: u64 = 60_000;
 pub const DEFAULT_BATCH: u32 = 8;
 pub const DEFAULT_POLL_MS: u64 = 1_000;
-/// Time allowed for finishing an attempt after the channel answered, on top of its timeout (SPEC §4).
-pub const LEASE_FINISH_MARGIN_MS: u64 = 1_000;
+/// What a lease must add to a channel's timeout (SPEC §4): time to start the call after the claim and
+/// time to finish it after the answer (`herald_domain::min_lease`).
+pub const LEASE_MARGIN_MS: u64 = herald_domain::claim::START_SLACK.0 + herald_domain::claim::FINISH_MARGIN.0;
 pub const MIN_USER_TOKEN_SECRET_BYTES: usize = 16;
 /// The prefix of overriding environment variables.
 pub const ENV_PREFIX: &str = "HERALD__";
@@ -617,13 +618,14 @@ impl RawConfig {
                     "is used by more than one [[channel]]",
                 ));
             }
-            let needed = channel.timeout_ms.saturating_add(LEASE_FINISH_MARGIN_MS);
-            if !worker.allow_lease_overlap && worker.lease_ms <= needed {
+            let needed = herald_domain::min_lease(herald_domain::Millis(channel.timeout_ms)).0;
+            if !worker.allow_lease_overlap && worker.lease_ms < needed {
                 return Err(ConfigError::new(
                     "worker.lease_ms",
                     format!(
-                        "({} ms) must be longer than channel `{}`'s timeout_ms ({} ms) plus {LEASE_FINISH_MARGIN_MS} ms \
-                         to finish, so that no second worker claims a task while its call may still be running",
+                        "({} ms) must be at least channel `{}`'s timeout_ms ({} ms) plus {LEASE_MARGIN_MS} ms \
+                         to start and finish the call, so that no second worker claims a task while its call may \
+                         still be running",
                         worker.lease_ms, channel.name, channel.timeout_ms
                     ),
                 ));

@@ -99,6 +99,8 @@ pub struct Worker {
     config: WorkerConfig,
     /// Cycles [`Worker::run`] has completed, successful or not.
     cycles: AtomicU64,
+    /// Call even when the call could outlive the lease (test-only, to reproduce overlap: P2).
+    allow_lease_overlap: bool,
 }
 
 impl Worker {
@@ -112,7 +114,23 @@ impl Worker {
         let table = ChannelTable(
             channels.names().into_iter().filter_map(|name| channels.get(&name).map(|ch| (name, ch.rules()))).collect(),
         );
-        Worker { store, channels, cipher, clock, table, config, cycles: AtomicU64::new(0) }
+        Worker { store, channels, cipher, clock, table, config, cycles: AtomicU64::new(0), allow_lease_overlap: false }
+    }
+
+    /// Lets this worker call even when the call could outlive its lease. Only for reproducing the
+    /// overlap of two holders in tests (SPEC §4, case P2); `herald` refuses such a configuration.
+    #[must_use]
+    pub fn allowing_lease_overlap(mut self) -> Self {
+        self.allow_lease_overlap = true;
+        self
+    }
+
+    /// Whether a call may still start, `since_clock_read` after the claim read its `now`: the egress
+    /// slot it reserved is still good, and the call can end and be finished before the lease does.
+    fn may_call(&self, rules: &herald_domain::ChannelRules, since_clock_read: std::time::Duration) -> bool {
+        slot_kept(rules.min_interval, rules.egress_guard, since_clock_read)
+            && (self.allow_lease_overlap
+                || herald_domain::call_fits_lease(self.config.lease, rules.client_timeout, since_clock_read))
     }
 
     /// How many cycles [`Worker::run`] has completed so far (successful or failed). Lets an observer
@@ -318,7 +336,8 @@ impl Worker {
         error
     }
 
-    /// The attempt of a holder that missed its egress slot goes back to the task unspent (SPEC §7).
+    /// The attempt of a holder that did not call — its egress slot or its lease would not hold — goes
+    /// back to the task unspent (SPEC §4, §7).
     async fn give_back(&self, task: &ClaimedTask) -> Result<Report, StoreError> {
         let now = self.clock.now().await?;
         let record = GiveBack {
@@ -330,7 +349,9 @@ impl Worker {
         };
         match self.store.give_back(&record).await? {
             FinishResult::Applied => {
-                tracing::info!("egress slot missed; not called, attempt given back");
+                tracing::info!(
+                    "claimed too long ago to call safely (egress slot or lease); not called, attempt given back"
+                );
                 Ok(Report::Deferred(task.task_id))
             }
             FinishResult::Stale => Ok(Report::Stale(task.task_id)),
@@ -338,8 +359,9 @@ impl Worker {
     }
 
     /// Calls the channel; never fails — problems before the call are observations too. `None`: not
-    /// called because more than the channel's egress guard has passed since `clock_read` (the claim's
-    /// egress reservation is only good for that long).
+    /// called because too much has passed since `clock_read` — more than the channel's egress guard (the
+    /// claim's egress reservation is only good for that long), or so much that the call could outlive
+    /// the lease. The attempt is then given back.
     async fn call(&self, task: &ClaimedTask, clock_read: Instant) -> Option<Classified> {
         let Some(channel) = self.channels.get(&task.channel) else {
             // Only configured channels are claimed; a registry without it is a wiring bug. Nothing was sent.
@@ -351,7 +373,7 @@ impl Worker {
         let rules = channel.rules();
         let reference = task.reference.clone();
         if task.action == Action::Query {
-            if !slot_kept(rules.min_interval, rules.egress_guard, clock_read.elapsed()) {
+            if !self.may_call(&rules, clock_read.elapsed()) {
                 return None;
             }
             return Some(channel.query(&reference).await);
@@ -378,7 +400,7 @@ impl Worker {
             text: channel.outbound_text(&task.body, task.digest_count),
             ttl_seconds: ttl_left.as_millis().div_ceil(1000).max(1),
         };
-        if !slot_kept(rules.min_interval, rules.egress_guard, clock_read.elapsed()) {
+        if !self.may_call(&rules, clock_read.elapsed()) {
             return None;
         }
         Some(channel.send(&message).await)
@@ -422,6 +444,7 @@ mod tests {
             ),
             retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
             policy: Policy::Safe,
+            client_timeout: Millis(5_000),
             min_interval: Millis::ZERO,
             egress_guard: Millis::ZERO,
             digest: None,
@@ -496,6 +519,44 @@ mod tests {
             Arc::new(clock),
             WorkerConfig { id: "w1".into(), lease: Millis(60_000), batch: 8, idle_poll: Duration::from_millis(10) },
         )
+    }
+
+    #[tokio::test]
+    async fn a_call_that_could_outlive_its_lease_is_not_made_and_the_attempt_is_given_back() {
+        let mut store = MockNotificationStore::new();
+        let batch = ClaimBatch { claimed: vec![claimed(3)], ..ClaimBatch::default() };
+        store.expect_claim().times(1).return_once(move |_| Ok(batch));
+        store.expect_finish().times(0);
+        store.expect_give_back().times(1).returning(|record| {
+            assert_eq!(record.transition.state, TaskState::Pending, "nothing was sent");
+            Ok(FinishResult::Applied)
+        });
+        let mut channel = MockChannel::new();
+        channel.expect_rules().returning(rules);
+        channel.expect_outbound_text().returning(|body, _| body.to_owned());
+        channel.expect_send().times(0);
+        let channel: Arc<dyn herald_ports::Channel> = Arc::new(channel);
+        let mut registry = MockChannelRegistry::new();
+        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
+        registry.expect_get().returning(move |_| Some(channel.clone()));
+        let mut cipher = MockDestinationCipher::new();
+        cipher.expect_decrypt().returning(|_, _, _| Ok(SecretString::from("dest")));
+        // A slow clock read (say, a long wait for a pool connection) spends the lease before the call.
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(|| {
+            std::thread::sleep(Duration::from_millis(150));
+            Ok(NOW)
+        });
+        // 5 s client timeout + 1 s finish margin leaves 100 ms of this lease to start the call in.
+        let lease = rules().client_timeout + herald_domain::claim::FINISH_MARGIN + Millis(100);
+        let worker = Worker::new(
+            Arc::new(store),
+            Arc::new(registry),
+            Arc::new(cipher),
+            Arc::new(clock),
+            WorkerConfig { id: "w1".into(), lease, batch: 8, idle_poll: Duration::from_millis(10) },
+        );
+        assert_eq!(worker.run_once().await.expect("cycle"), vec![Report::Deferred(TaskId(3))]);
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::{Capability, Policy};
 use crate::task::{Action, Outcome, TaskSnapshot, TaskState, Transition};
-use crate::time::Timestamp;
+use crate::time::{Millis, Timestamp};
 
 /// Everything the claim transaction knows about one locked task.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,11 +163,37 @@ pub fn decide_claim(ctx: &ClaimContext, now: Timestamp) -> ClaimDecision {
     }
 }
 
+/// Time a worker needs after a call to store its outcome. The lease must cover the client timeout plus
+/// this (SPEC §4); configuration is checked against it at start-up.
+pub const FINISH_MARGIN: Millis = Millis(1_000);
+
+/// Time allowed between reading the clock for a claim and starting the call: waiting for a pool
+/// connection, the claim transaction, decryption.
+pub const START_SLACK: Millis = Millis(1_000);
+
+/// The shortest lease that lets a call on a channel with this client timeout start and be finished in
+/// time: what configuration is checked against at start-up.
+#[must_use]
+pub fn min_lease(client_timeout: Millis) -> Millis {
+    client_timeout + START_SLACK + FINISH_MARGIN
+}
+
+/// Whether a call starting `since_clock_read` after the claim read its `now` still ends — within the
+/// client timeout, and finished within [`FINISH_MARGIN`] — before the lease taken at that `now` ends.
+///
+/// The lease is measured from the clock read before the claim, not from the call: waiting for a pool
+/// connection, the claim transaction and decryption all spend it. A holder whose call could outlive its
+/// lease must not call, or the next holder could query, find nothing yet, and send a second time.
+#[must_use]
+pub fn call_fits_lease(lease: Millis, client_timeout: Millis, since_clock_read: std::time::Duration) -> bool {
+    let spent = u64::try_from(since_clock_read.as_millis()).unwrap_or(u64::MAX);
+    spent.saturating_add(client_timeout.0).saturating_add(FINISH_MARGIN.0) < lease.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::contract::QueryConsistency;
-    use crate::time::Millis;
 
     const NOW: Timestamp = Timestamp(1_000_000);
 
@@ -282,5 +308,20 @@ mod tests {
         assert_eq!(choose_action(true, Capability::Neither, Policy::Safe), None);
         assert_eq!(choose_action(false, Capability::Neither, Policy::Safe), Some(Action::Send));
         assert_eq!(choose_action(true, SMS, Policy::Unsafe), Some(Action::Send));
+    }
+
+    #[test]
+    fn a_call_starts_only_while_it_can_end_before_the_lease() {
+        use std::time::Duration;
+        let (lease, timeout) = (Millis(60_000), Millis(5_000));
+        assert!(call_fits_lease(lease, timeout, Duration::ZERO));
+        assert!(call_fits_lease(lease, timeout, Duration::from_millis(53_999)));
+        assert!(!call_fits_lease(lease, timeout, Duration::from_millis(54_000)));
+        assert!(!call_fits_lease(Millis(5_500), timeout, Duration::ZERO), "lease shorter than timeout + margin");
+        assert!(!call_fits_lease(lease, timeout, Duration::MAX));
+        // The shortest lease configuration accepts leaves the whole start slack for the claim.
+        let shortest = min_lease(timeout);
+        assert!(call_fits_lease(shortest, timeout, Duration::from_millis(START_SLACK.0 - 1)));
+        assert!(!call_fits_lease(shortest, timeout, Duration::from_millis(START_SLACK.0)));
     }
 }

@@ -89,6 +89,9 @@ pub struct ChannelRules {
     /// The channel's attempt budget and backoff; a notification's own `max_attempts` overrides the budget.
     pub retry: crate::retry::RetryPolicy,
     pub policy: Policy,
+    /// The adapter's client timeout: a call ends within it. A call may only start while it can still
+    /// end, and be finished, before the lease does (SPEC §4; see `claim::call_fits_lease`).
+    pub client_timeout: Millis,
     /// Global egress interval: minimum time between two actual calls, across all workers (SPEC §7).
     pub min_interval: Millis,
     /// How late after its claim's `now` a holder may still use its egress slot; reservations are spaced

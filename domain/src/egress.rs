@@ -79,7 +79,7 @@ pub fn give_back(prior_uncertain: bool, uncertain_since: Option<Timestamp>, now:
         next_attempt_at: Some(now),
         uncertain_since,
         provider_msg_id: None,
-        reason: Some("not sent: egress slot missed; no attempt spent"),
+        reason: Some("not sent: claimed too long ago to call safely (egress slot or lease); no attempt spent"),
     }
 }
 

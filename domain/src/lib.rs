@@ -22,7 +22,7 @@ pub mod retry;
 pub mod task;
 pub mod time;
 
-pub use claim::{choose_action, decide_claim, ClaimContext, ClaimDecision, ParkReason};
+pub use claim::{call_fits_lease, choose_action, decide_claim, min_lease, ClaimContext, ClaimDecision, ParkReason};
 pub use contract::{Capability, ChannelContract, ChannelKind, ChannelRules, Policy, QueryConsistency, RefusalProof};
 pub use digest::{decide_digest, DigestDecision, DigestRule, OpenDigest};
 pub use egress::{decide_egress, default_guard, deferral, give_back, slot_kept, EgressDecision};

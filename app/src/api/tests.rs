@@ -34,6 +34,7 @@ fn rules() -> ChannelRules {
         ),
         retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
         policy: Policy::Safe,
+        client_timeout: Millis(5_000),
         min_interval: Millis::ZERO,
         egress_guard: Millis::ZERO,
         digest: None,

@@ -126,12 +126,12 @@ fn the_lease_must_outlast_every_channel_timeout_plus_the_margin() {
     let channel =
         "[[channel]]\nname = \"sms\"\nkind = \"queryable\"\nurl = \"http://127.0.0.1:9002\"\ntimeout_ms = 4000\n";
     refused(
-        &format!("[worker]\nlease_ms = 5000\n{channel}"),
+        &format!("[worker]\nlease_ms = 5999\n{channel}"),
         &[],
         "worker.lease_ms",
         "channel `sms`'s timeout_ms (4000 ms)",
     );
-    assert!(load(&format!("[worker]\nlease_ms = 5001\n{channel}"), &[]).is_ok());
+    assert!(load(&format!("[worker]\nlease_ms = 6000\n{channel}"), &[]).is_ok());
     // The test-only override reproduces overlap (P2).
     assert!(load(&format!("[worker]\nlease_ms = 500\nallow_lease_overlap = true\n{channel}"), &[]).is_ok());
 }

@@ -10,7 +10,9 @@
 //! * `--miao-interval-ms N` — the Miaotixing channel's egress interval (default 0);
 //! * `--loop-ms N` — keep cycling for up to N ms, stopping early once no task is scheduled any more
 //!   (every task terminal or parked), instead of stopping after one busy cycle;
-//! * `--batch N` — tasks claimed per transaction (default 1).
+//! * `--batch N` — tasks claimed per transaction (default 1);
+//! * `--allow-lease-overlap` — call even when the call could outlive the lease (P2 reproduces that
+//!   overlap on purpose; `herald` itself refuses such a configuration).
 //!
 //! It prints `READY` once connected, one `REPORT …` line per report, and in loop mode `DONE` at the end.
 
@@ -25,19 +27,30 @@ use herald_postgres::PgStore;
 use herald_tests::world::{default_configs_for_urls, test_keyring};
 
 const USAGE: &str = "usage: herald-test-worker DATABASE_URL PUSH_URL SMS_URL WORKER_ID LEASE_MS TIMEOUT_MS \
-                     [--miao URL] [--miao-interval-ms N] [--loop-ms N] [--batch N]";
+                     [--miao URL] [--miao-interval-ms N] [--loop-ms N] [--batch N] [--allow-lease-overlap]";
 
 struct Options {
     miao: String,
     miao_interval_ms: u64,
     loop_ms: Option<u64>,
     batch: u32,
+    allow_lease_overlap: bool,
 }
 
 fn options(rest: &[String]) -> anyhow::Result<Options> {
-    let mut options = Options { miao: "http://127.0.0.1:9".to_owned(), miao_interval_ms: 0, loop_ms: None, batch: 1 };
+    let mut options = Options {
+        miao: "http://127.0.0.1:9".to_owned(),
+        miao_interval_ms: 0,
+        loop_ms: None,
+        batch: 1,
+        allow_lease_overlap: false,
+    };
     let mut rest = rest.iter();
     while let Some(flag) = rest.next() {
+        if flag == "--allow-lease-overlap" {
+            options.allow_lease_overlap = true;
+            continue;
+        }
         let value = rest.next().ok_or_else(|| anyhow::anyhow!("{flag} needs a value; {USAGE}"))?;
         match flag.as_str() {
             "--miao" => options.miao.clone_from(value),
@@ -75,7 +88,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let registry = Arc::new(HttpChannelRegistry::from_configs(&configs)?);
-    let worker = Worker::new(
+    let mut worker = Worker::new(
         store.clone(),
         registry,
         Arc::new(test_keyring()),
@@ -87,6 +100,9 @@ async fn main() -> anyhow::Result<()> {
             idle_poll: Duration::from_millis(20),
         },
     );
+    if options.allow_lease_overlap {
+        worker = worker.allowing_lease_overlap();
+    }
     println!("READY");
     std::io::stdout().flush()?;
     let Some(loop_ms) = options.loop_ms else {

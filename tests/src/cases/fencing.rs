@@ -112,6 +112,16 @@ struct WorkerProcess {
 
 impl WorkerProcess {
     async fn spawn(world: &World, id: &str, lease_ms: u64, timeout_ms: u64) -> anyhow::Result<WorkerProcess> {
+        Self::spawn_with(world, id, lease_ms, timeout_ms, &[]).await
+    }
+
+    async fn spawn_with(
+        world: &World,
+        id: &str,
+        lease_ms: u64,
+        timeout_ms: u64,
+        options: &[&str],
+    ) -> anyhow::Result<WorkerProcess> {
         let mut child = Command::new(worker_binary()?)
             .args([
                 world.db.url.as_str(),
@@ -121,6 +131,7 @@ impl WorkerProcess {
                 &lease_ms.to_string(),
                 &timeout_ms.to_string(),
             ])
+            .args(options)
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
@@ -194,7 +205,7 @@ pub async fn p1() -> anyhow::Result<Evidence> {
     let created = world.submit("u1", "p1", HOUR, None).await?;
     let task = created.tasks[0].task_id;
     world.push.script(Script::HangAfterAccept);
-    let first = WorkerProcess::spawn(&world, "process-1", 2_000, 1_000).await?;
+    let first = WorkerProcess::spawn(&world, "process-1", 2_500, 1_000).await?;
     wait_until("the first acceptance", || world.push.sends() == 1).await?;
     first.signal(Signal::SIGKILL)?;
     let _ = first.output().await?;
@@ -206,7 +217,7 @@ pub async fn p1() -> anyhow::Result<Evidence> {
     let early = world.worker("in-test", 2_000).run_once().await?;
     ev.eq("claims before the lease ends", 0, early.len());
     wait_for_lease_end(&world, task).await?;
-    let second = WorkerProcess::spawn(&world, "process-2", 2_000, 1_000).await?;
+    let second = WorkerProcess::spawn(&world, "process-2", 2_500, 1_000).await?;
     let printed = second.output().await?;
     ev.that(
         "second process reported",
@@ -233,7 +244,7 @@ pub async fn p2() -> anyhow::Result<Evidence> {
     let task = created.tasks[0].task_id;
     world.push.script(Script::Delay(Duration::from_millis(400)));
     // Lease shorter than the client timeout: the overlap this case reproduces on purpose.
-    let old = WorkerProcess::spawn(&world, "process-old", 1_500, 3_000).await?;
+    let old = WorkerProcess::spawn_with(&world, "process-old", 1_500, 3_000, &["--allow-lease-overlap"]).await?;
     wait_until("the first acceptance", || world.push.sends() == 1).await?;
     old.signal(Signal::SIGSTOP)?;
     wait_for_lease_end(&world, task).await?;

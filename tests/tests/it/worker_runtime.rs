@@ -159,8 +159,8 @@ async fn workers_survive_killed_database_connections_and_lose_nothing() {
     let mut loops = Vec::new();
     let mut workers = Vec::new();
     for i in 0..4 {
-        // Lease 1.5 s > client timeout 300 ms + finish: an unrecorded finish is taken over after it.
-        let worker = Arc::new(worker(&world, &format!("w-kill-{i}"), 1_500, 4, Duration::from_millis(50)));
+        // Lease 2.5 s > client timeout 300 ms + finish margin: an unrecorded finish is taken over after it.
+        let worker = Arc::new(worker(&world, &format!("w-kill-{i}"), 2_500, 4, Duration::from_millis(50)));
         let (stop, wake, running) = (stop_rx.clone(), wake.clone(), Arc::clone(&worker));
         loops.push(tokio::spawn(async move { running.run(stop, Some(wake)).await }));
         workers.push(worker);
