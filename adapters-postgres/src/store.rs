@@ -238,7 +238,7 @@ pub(crate) async fn egress(
 pub(crate) const CLAIM_QUERY: &str = "SELECT t.id, t.user_id, t.notification_id, t.channel, t.state, \
      t.attempt_token, t.lease_until, t.outcome_uncertain, t.uncertain_since, t.needs_review, t.next_attempt_at, \
      t.attempt_count, t.max_attempts, t.last_attempt_no, t.digest_count, t.reference::text AS reference, \
-     n.body, n.expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination, a.started_at AS holder_started_at \
+     n.body, COALESCE(t.expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination, a.started_at AS holder_started_at \
      FROM delivery_task t \
      JOIN notification n ON n.user_id = t.user_id AND n.id = t.notification_id \
      LEFT JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel \

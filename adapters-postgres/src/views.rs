@@ -80,7 +80,8 @@ pub(crate) async fn create_task(
             }
             DigestDecision::Join { task } => {
                 sqlx::query(
-                    "WITH joined AS (UPDATE delivery_task SET digest_count = digest_count + 1, updated_at = $4 \
+                    "WITH joined AS (UPDATE delivery_task SET digest_count = digest_count + 1, updated_at = $4, \
+                       expires_at = GREATEST(expires_at, $6) \
                      WHERE user_id = $1 AND id = $3) \
                      INSERT INTO digest_member (user_id, notification_id, channel, digest_task_id) VALUES ($1, $2, $5, $3)",
                 )
@@ -89,6 +90,7 @@ pub(crate) async fn create_task(
                 .bind(task.0)
                 .bind(to_db(now))
                 .bind(channel.as_str())
+                .bind(to_db(now + new.ttl))
                 .execute(&mut *conn)
                 .await
                 .map_err(store_error)?;
@@ -98,8 +100,8 @@ pub(crate) async fn create_task(
     }
     let (id, reference): (i64, String) = sqlx::query_as(
         "INSERT INTO delivery_task (user_id, notification_id, channel, state, next_attempt_at, max_attempts, \
-         thread_key, digest_count, created_at, updated_at) \
-         VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $8) RETURNING id, reference::text",
+         thread_key, digest_count, expires_at, created_at, updated_at) \
+         VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $9, $8, $8) RETURNING id, reference::text",
     )
     .bind(new.user_id.as_str())
     .bind(notification.0)
@@ -109,6 +111,7 @@ pub(crate) async fn create_task(
     .bind(new.thread_key.as_ref().map(ThreadKey::as_str))
     .bind(digest_count)
     .bind(to_db(now))
+    .bind(digest_count.map(|_| to_db(now + new.ttl)))
     .fetch_one(&mut *conn)
     .await
     .map_err(store_error)?;

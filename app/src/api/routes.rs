@@ -197,7 +197,9 @@ pub async fn put_preference(
 /// "delivered" (SPEC §1). Everything it needs comes with the inbox row, so listing costs one read.
 #[must_use]
 pub fn status_text(channel: &InboxChannel) -> &'static str {
-    if channel.in_digest {
+    // While the digest waits, the event's prompt is merged; once the digest went out (or could not),
+    // its state speaks for every event in it.
+    if channel.in_digest && matches!(channel.state, TaskState::Pending | TaskState::Sending) {
         return "merged into a digest";
     }
     match channel.state {

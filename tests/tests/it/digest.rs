@@ -90,3 +90,48 @@ async fn digests_are_per_thread() {
     assert_eq!(other_view.digest_count, None, "another thread prompts at once");
     assert_eq!(digest_view.digest_count, Some(1), "the 4th in the thread opens a digest");
 }
+
+/// A digest expires with the last of its events, not with the one that opened it: opened by an event
+/// that lives one minute and joined by one that lives two hours, it is still delivered at the end of the
+/// window. A digest whose events have all expired is not sent, and its events say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_lives_as_long_as_its_longest_lived_event() {
+    let world = world().await;
+    world.user("u1", &["push"]).await.expect("user");
+    let worker = world.worker("w1", 60_000);
+    for (n, at) in [0u64, 10, 20].into_iter().enumerate() {
+        world.manual.set(T0 + Millis::from_secs(at));
+        world.submit_in_thread("u1", &format!("e{n}"), TWO_HOURS, "order-1").await.expect("submit");
+        worker.run_once().await.expect("cycle");
+    }
+    world.manual.set(T0 + Millis::from_secs(30));
+    let opener = world.submit_in_thread("u1", "short", 60_000, "order-1").await.expect("opener");
+    let digest = opener.tasks[0].task_id;
+    world.manual.set(T0 + Millis::from_secs(40));
+    world.submit_in_thread("u1", "long", TWO_HOURS, "order-1").await.expect("joiner");
+
+    world.manual.set(T0 + Millis::from_secs(3_600));
+    assert_eq!(worker.run_once().await.expect("cycle"), vec![Report::Sent(digest)], "delivered, not expired");
+    assert_eq!(
+        world.push.texts_to(&World::destination("u1", "push")).last().map(String::as_str),
+        Some("2 new updates")
+    );
+
+    // Another thread: every event of the digest expires before it is due.
+    for (n, at) in [4_000u64, 4_010, 4_020].into_iter().enumerate() {
+        world.manual.set(T0 + Millis::from_secs(at));
+        world.submit_in_thread("u1", &format!("f{n}"), TWO_HOURS, "order-2").await.expect("submit");
+        worker.run_once().await.expect("cycle");
+    }
+    world.manual.set(T0 + Millis::from_secs(4_030));
+    let stale = world.submit_in_thread("u1", "f-short", 60_000, "order-2").await.expect("opener");
+    world.submit_in_thread("u1", "f-short-2", 60_000, "order-2").await.expect("joiner");
+    world.manual.set(T0 + Millis::from_secs(7_600));
+    assert_eq!(worker.run_once().await.expect("cycle"), vec![Report::Failed(stale.tasks[0].task_id)]);
+    let view = world.task(stale.notification_id, stale.tasks[0].task_id).await.expect("digest");
+    assert_eq!(herald_tests::cases::outcomes(&view), ["TTL_EXPIRED"], "expired events are not prompted");
+    let inbox = world.store.inbox(&UserId::from("u1"), 50).await.expect("inbox");
+    let joined = inbox.iter().find(|i| i.body.contains("f-short-2")).expect("the joined event");
+    let words: Vec<_> = joined.channels.iter().map(herald_app::api::routes::status_text).collect();
+    assert_eq!(words, ["expired"], "the merged event says what happened to its digest");
+}
