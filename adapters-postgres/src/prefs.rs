@@ -74,10 +74,29 @@ impl PreferenceStore for PgStore {
         Ok(value.flatten())
     }
 
+    async fn record_test_accepted(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        tested: &[u8],
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE channel_pref SET tested_destination = destination \
+             WHERE user_id = $1 AND channel = $2 AND destination = $3",
+        )
+        .bind(user.as_str())
+        .bind(channel.as_str())
+        .bind(tested)
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError> {
         let done = sqlx::query(
             "UPDATE channel_pref SET verified_at = now(), version = version + 1, updated_at = now() \
-             WHERE user_id = $1 AND channel = $2 AND destination IS NOT NULL",
+             WHERE user_id = $1 AND channel = $2 AND destination IS NOT NULL AND destination = tested_destination",
         )
         .bind(user.as_str())
         .bind(channel.as_str())
@@ -124,7 +143,9 @@ impl PreferenceStore for PgStore {
     ) -> Result<bool, StoreError> {
         // Rotation re-encrypts the same plaintext: the version is not bumped and verification is kept.
         let done = sqlx::query(
-            "UPDATE channel_pref SET destination = $4 WHERE user_id = $1 AND channel = $2 AND destination = $3",
+            "UPDATE channel_pref SET destination = $4, \
+               tested_destination = CASE WHEN tested_destination = $3 THEN $4 ELSE tested_destination END \
+             WHERE user_id = $1 AND channel = $2 AND destination = $3",
         )
         .bind(user.as_str())
         .bind(channel.as_str())

@@ -42,7 +42,17 @@ pub trait PreferenceStore: Send + Sync {
     /// The stored ciphertext of a destination.
     async fn destination(&self, user: &UserId, channel: &ChannelName) -> Result<Option<Vec<u8>>, StoreError>;
 
-    /// Marks the destination verified (the user confirmed a test prompt arrived).
+    /// Records that a test prompt to the destination stored as `tested` was accepted by the channel —
+    /// only if `tested` is still the stored ciphertext. Returns whether it was recorded.
+    async fn record_test_accepted(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        tested: &[u8],
+    ) -> Result<bool, StoreError>;
+
+    /// Marks the destination verified (the user confirmed a test prompt arrived). MUST only succeed
+    /// while the stored destination is the one a test send was accepted for; returns whether it did.
     async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError>;
 
     /// Up to `limit` stored destinations after `after` in `(user_id, channel)` order, for rotation.

@@ -183,6 +183,9 @@ pub async fn put_preference(
         }
     }
     let ciphertext = match &request.destination {
+        // The same destination again keeps the stored ciphertext, and with it a verification or a
+        // pending test confirmation: encryption uses a fresh nonce, so new bytes would look like a change.
+        Some(destination) if unchanged(&state, &user, &channel, &destination.0).await? => None,
         Some(destination) => Some(state.cipher.encrypt(&user, &channel, &destination.0).map_err(|error| {
             tracing::error!(%error, "destination could not be encrypted");
             Problem::internal()
@@ -191,6 +194,22 @@ pub async fn put_preference(
     };
     let pref = state.prefs.put(&user, &channel, enabled, ciphertext).await?;
     Ok(Json(PreferenceBody::from(&pref)))
+}
+
+/// Whether `destination` is what is stored already. A stored value that cannot be decrypted (its key
+/// is gone) counts as different, so the new one replaces it.
+async fn unchanged(
+    state: &ApiState,
+    user: &UserId,
+    channel: &ChannelName,
+    destination: &secrecy::SecretString,
+) -> ApiResult<bool> {
+    use secrecy::ExposeSecret;
+    let Some(stored) = state.prefs.destination(user, channel).await? else { return Ok(false) };
+    Ok(state
+        .cipher
+        .decrypt(user, channel, &stored)
+        .is_ok_and(|current| current.expose_secret() == destination.expose_secret()))
 }
 
 /// The words a user sees for one channel of an inbox item. SENT is "accepted by channel", never

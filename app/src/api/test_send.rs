@@ -75,6 +75,16 @@ fn no_destination() -> Problem {
     )
 }
 
+fn nothing_to_confirm() -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "nothing-to-confirm",
+        "No accepted test send to confirm",
+        "no test prompt to the stored destination was accepted by the channel (or the destination changed \
+         since); send a test first",
+    )
+}
+
 /// 429 with `Retry-After` (whole seconds, rounded up): the channel's egress interval does not allow a
 /// call yet.
 fn too_soon(wait: Millis) -> Response {
@@ -154,6 +164,10 @@ pub async fn test_send(
             ("unknown", UNKNOWN_WORDS.to_owned())
         }
     };
+    if outcome == "accepted" {
+        // What the user will confirm is this destination; a later change makes the confirmation moot.
+        state.prefs.record_test_accepted(&user, &name, &stored).await?;
+    }
     tracing::info!(channel = %name, outcome, "test send");
     let verified = state.prefs.get(&user, &name).await?.is_some_and(|p| p.verified);
     let body = TestSendBody {
@@ -176,7 +190,8 @@ pub async fn test_send(
         (status = 200, body = PreferenceBody),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "No destination stored", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "No destination stored, or no accepted test send to the stored destination",
+         body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -187,7 +202,8 @@ pub async fn confirm(
 ) -> Result<Json<PreferenceBody>, Problem> {
     let (user, name, _) = path(&state, &user_id, &channel)?;
     if !state.prefs.mark_verified(&user, &name).await? {
-        return Err(no_destination());
+        let stored = state.prefs.get(&user, &name).await?;
+        return Err(if stored.is_some_and(|p| p.has_destination) { nothing_to_confirm() } else { no_destination() });
     }
     let pref = state.prefs.get(&user, &name).await?.ok_or_else(no_destination)?;
     Ok(Json(PreferenceBody::from(&pref)))

@@ -403,6 +403,8 @@ async fn preference_is_encrypted_and_never_answered() {
         })
         .times(1)
         .returning(|_, _, _| Ok(b"ciphertext".to_vec()));
+    // Nothing stored yet, so the destination is new.
+    mocks.prefs.expect_destination().times(1).returning(|_, _| Ok(None));
     mocks
         .prefs
         .expect_put()

@@ -89,7 +89,10 @@ async fn rotation_moves_every_row_to_the_current_key_and_then_the_old_key_can_go
     // A preference without a destination is not a row to rotate.
     world.store.put(&UserId::from("rot-none"), &ChannelName::from("push"), false, None).await?;
     // Verification and version belong to the destination, which rotation does not change.
-    world.store.mark_verified(&UserId::from("rot-a"), &ChannelName::from("push")).await?;
+    let (verified_user, verified_channel) = (UserId::from("rot-a"), ChannelName::from("push"));
+    let tested = world.store.destination(&verified_user, &verified_channel).await?.expect("stored");
+    assert!(world.store.record_test_accepted(&verified_user, &verified_channel, &tested).await?);
+    assert!(world.store.mark_verified(&verified_user, &verified_channel).await?);
     let before: Vec<ChannelPref> = prefs_of(&world.store).await?;
     assert_all_under(&world, &keys.ring(&["k1"], "k1"), "k1").await?;
 
@@ -179,6 +182,15 @@ impl PreferenceStore for Unreliable {
 
     async fn destination(&self, user: &UserId, channel: &ChannelName) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.destination(user, channel).await
+    }
+
+    async fn record_test_accepted(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        tested: &[u8],
+    ) -> Result<bool, StoreError> {
+        self.inner.record_test_accepted(user, channel, tested).await
     }
 
     async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError> {

@@ -142,3 +142,44 @@ async fn test_send_access_and_bad_requests() {
     assert_eq!(world.push.requests() + world.sms.requests(), 0, "no refused request called a channel");
     assert!(!pref(&world, "t4", "push").await.verified);
 }
+
+/// A confirmation verifies only the destination a test prompt was accepted for: not without a test, not
+/// after a refused one, and not after the destination was changed in between. Sending the same
+/// destination again keeps the verification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirm_verifies_only_the_destination_a_test_reached() {
+    let (world, api) = setup().await;
+    let token = api.user_token("t5");
+    let confirm = || confirm_push(&api, &token);
+    let put = |destination: &str| put_push(&api, &token, destination.to_owned());
+    put(&World::destination("t5", "push")).await.ok(StatusCode::OK);
+
+    confirm().await.problem(StatusCode::CONFLICT);
+    assert!(!pref(&world, "t5", "push").await.verified, "no test yet: nothing to confirm");
+
+    world.push.script(Script::status(400));
+    test_send(&api, "t5", "push", Some(&token)).await.ok(StatusCode::OK);
+    confirm().await.problem(StatusCode::CONFLICT);
+    assert!(!pref(&world, "t5", "push").await.verified, "a refused test is not confirmable");
+
+    assert_eq!(test_send(&api, "t5", "push", Some(&token)).await.ok(StatusCode::OK)["outcome"], "accepted");
+    put("another-address").await.ok(StatusCode::OK);
+    confirm().await.problem(StatusCode::CONFLICT);
+    assert!(!pref(&world, "t5", "push").await.verified, "the tested destination was replaced");
+
+    assert_eq!(test_send(&api, "t5", "push", Some(&token)).await.ok(StatusCode::OK)["outcome"], "accepted");
+    confirm().await.ok(StatusCode::OK);
+    assert!(pref(&world, "t5", "push").await.verified);
+    put("another-address").await.ok(StatusCode::OK);
+    assert!(pref(&world, "t5", "push").await.verified, "the same destination again keeps the verification");
+    put(&World::destination("t5", "push")).await.ok(StatusCode::OK);
+    assert!(!pref(&world, "t5", "push").await.verified, "a new destination is unverified");
+}
+
+async fn confirm_push(api: &Api, token: &str) -> herald_tests::api::Answer {
+    api.post("/v1/users/t5/channels/push/confirm", Some(token), &json!({})).await
+}
+
+async fn put_push(api: &Api, token: &str, destination: String) -> herald_tests::api::Answer {
+    api.put("/v1/users/t5/channels/push", Some(token), &json!({"destination": destination, "enabled": true})).await
+}
