@@ -8,3 +8,27 @@ pub mod demo;
 pub mod metrics;
 pub mod wakeups;
 pub mod worker;
+
+/// Fixtures shared by the unit tests of this crate.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use herald_domain::RetryPolicy;
+    use herald_domain::{ChannelContract, ChannelKind, ChannelRules, Millis, Policy, QueryConsistency, RefusalProof};
+
+    /// A webhook channel with the defaults: 3 attempts, 5 s client timeout, no interval, no digest.
+    pub(crate) fn webhook_rules() -> ChannelRules {
+        ChannelRules {
+            contract: ChannelContract::new(
+                ChannelKind::Webhook,
+                RefusalProof::BeforeAcceptance,
+                QueryConsistency::Immediate,
+            ),
+            retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
+            policy: Policy::Safe,
+            client_timeout: Millis(5_000),
+            min_interval: Millis::ZERO,
+            egress_guard: Millis::ZERO,
+            digest: None,
+        }
+    }
+}

@@ -421,11 +421,8 @@ fn report_for(task: TaskId, transition: &herald_domain::Transition) -> Report {
 mod tests {
     use super::*;
     use herald_domain::classify::Classified;
-    use herald_domain::contract::{ChannelContract, ChannelKind, ChannelRules, Policy, QueryConsistency, RefusalProof};
     use herald_domain::finish::FinishContext;
-    use herald_domain::{
-        AttemptToken, Capability, ChannelName, NotificationId, Outcome, RetryPolicy, Timestamp, UserId,
-    };
+    use herald_domain::{AttemptToken, Capability, ChannelName, NotificationId, Outcome, Timestamp, UserId};
     use herald_ports::channel::{MockChannel, MockChannelRegistry};
     use herald_ports::cipher::MockDestinationCipher;
     use herald_ports::clock::MockClock;
@@ -435,21 +432,7 @@ mod tests {
 
     const NOW: Timestamp = Timestamp(1_700_000_000_000);
 
-    fn rules() -> ChannelRules {
-        ChannelRules {
-            contract: ChannelContract::new(
-                ChannelKind::Webhook,
-                RefusalProof::BeforeAcceptance,
-                QueryConsistency::Immediate,
-            ),
-            retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
-            policy: Policy::Safe,
-            client_timeout: Millis(5_000),
-            min_interval: Millis::ZERO,
-            egress_guard: Millis::ZERO,
-            digest: None,
-        }
-    }
+    use crate::test_support::webhook_rules as rules;
 
     fn claimed(task: i64) -> ClaimedTask {
         ClaimedTask {

@@ -6,10 +6,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use herald_domain::{
-    ChannelContract, ChannelKind, ChannelName, ChannelRules, Millis, NotificationId, Policy, QueryConsistency,
-    RefusalProof, RetryPolicy, TaskId, TaskState, Timestamp, UserId,
-};
+use herald_domain::{ChannelName, Millis, NotificationId, TaskId, TaskState, Timestamp, UserId};
 use herald_ports::channel::MockChannelRegistry;
 use herald_ports::cipher::MockDestinationCipher;
 use herald_ports::clock::MockClock;
@@ -25,21 +22,7 @@ use super::*;
 const SERVICE: &str = "service-token-for-tests";
 const ADMIN: &str = "admin-token-for-tests";
 
-fn rules() -> ChannelRules {
-    ChannelRules {
-        contract: ChannelContract::new(
-            ChannelKind::Webhook,
-            RefusalProof::BeforeAcceptance,
-            QueryConsistency::Immediate,
-        ),
-        retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
-        policy: Policy::Safe,
-        client_timeout: Millis(5_000),
-        min_interval: Millis::ZERO,
-        egress_guard: Millis::ZERO,
-        digest: None,
-    }
-}
+use crate::test_support::webhook_rules as rules;
 
 /// The mocks a test configures before the router is built.
 #[derive(Default)]
