@@ -14,8 +14,6 @@ use crate::time::{Millis, Timestamp};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimContext {
     pub task: TaskSnapshot,
-    /// When the attempt holding an expired lease started (only read when the task is `SENDING`).
-    pub holder_started_at: Option<Timestamp>,
     /// The notification's `max_attempts` when given, else the channel's.
     pub budget: u32,
     /// The user's switch for this channel, read in the claim transaction.
@@ -116,8 +114,10 @@ pub fn decide_claim(ctx: &ClaimContext, now: Timestamp) -> ClaimDecision {
     }
     let superseded = task.state == TaskState::Sending;
     let uncertain = task.outcome_uncertain || superseded;
-    let uncertain_since =
-        if superseded { ctx.holder_started_at.or(task.uncertain_since) } else { task.uncertain_since };
+    // A superseded holder may legally have called until its lease ended (a call starts only while it can
+    // end within the lease), so that is the latest moment its call could have been accepted: the mark a
+    // query's "not found" is measured from (SPEC §5), never the holder's start.
+    let uncertain_since = if superseded { task.lease_until.or(task.uncertain_since) } else { task.uncertain_since };
     let park = |reason: ParkReason| ClaimDecision::Settle {
         superseded,
         record: reason.outcome(),
@@ -207,7 +207,6 @@ mod tests {
         }
         ClaimContext {
             task,
-            holder_started_at: Some(NOW - Millis(5_000)),
             budget: 3,
             pref_enabled: true,
             expires_at: NOW + Millis(60_000),
@@ -274,7 +273,8 @@ mod tests {
                 action: Action::Send,
                 uncertain: true,
                 superseded: true,
-                uncertain_since: Some(NOW - Millis(5_000)),
+                // The superseded holder may have called until its lease ended.
+                uncertain_since: Some(NOW - Millis(1)),
             }
         );
     }

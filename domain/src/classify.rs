@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::contract::{ChannelKind, RefusalProof};
 use crate::task::Observation;
-use crate::time::Millis;
+use crate::time::{Millis, Timestamp};
 
 /// What the transport saw of one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,10 +42,36 @@ pub const MIAOTIXING_DONE: &str = "完成";
 /// Documented Miaotixing refusal phrases: parameter format error, reminder not found.
 pub const MIAOTIXING_REFUSALS: [&str; 2] = ["参数格式有误", "找不到提醒单"];
 
-/// `Retry-After` as delta-seconds (an HTTP-date is ignored: the backoff still applies).
+/// The longest wait a `Retry-After` is taken at its word for. A longer one is capped here (and no retry
+/// is ever scheduled past the task's expiry, see [`crate::finish::finish`]).
+pub const MAX_RETRY_AFTER: Millis = Millis(86_400_000);
+
+/// `Retry-After` as delta-seconds, capped at [`MAX_RETRY_AFTER`]. An HTTP-date has to be turned into
+/// seconds first by [`retry_after_seconds`], which needs a clock reading.
 #[must_use]
 pub fn parse_retry_after(value: &str) -> Option<Millis> {
-    value.trim().parse::<u64>().ok().map(Millis::from_secs)
+    value.trim().parse::<u64>().ok().map(|secs| Millis::from_secs(secs).min(MAX_RETRY_AFTER))
+}
+
+/// `Retry-After` in either form of RFC 9110 §10.2.3, as delta-seconds (rounded up). An HTTP-date is read
+/// against the answer's own `Date` header when it has a valid one — both times then come from the
+/// server's clock, so no clock skew enters — else against `received_at`, the receiver's clock when the
+/// answer came. A date in the past means no wait; anything unreadable is `None`.
+#[must_use]
+pub fn retry_after_seconds(value: &str, date: Option<&str>, received_at: Timestamp) -> Option<u64> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(seconds);
+    }
+    let at = http_date(value)?;
+    let reference = date.and_then(http_date).unwrap_or(received_at);
+    Some(at.since(reference).0.div_ceil(1_000))
+}
+
+fn http_date(value: &str) -> Option<Timestamp> {
+    let at = httpdate::parse_http_date(value.trim()).ok()?;
+    let millis = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+    Some(Timestamp(i64::try_from(millis).ok()?))
 }
 
 /// Classifies the answer to a SEND on a channel of `kind`.
@@ -237,5 +263,27 @@ mod tests {
     fn details_never_copy_the_reply_body() {
         let got = classify_send(ChannelKind::Miaotixing, RefusalProof::BeforeAcceptance, resp(200, "bad code tPZ3xq1"));
         assert!(!got.detail.contains("tPZ3xq1"));
+    }
+
+    // Defect: a `Retry-After` given as an HTTP-date was ignored, so a retry could come earlier than asked.
+    #[test]
+    fn retry_after_as_an_http_date_is_read_against_the_answers_date() {
+        let date = Some("Sun, 06 Nov 1994 08:49:37 GMT");
+        let far_away_clock = Timestamp(0);
+        assert_eq!(retry_after_seconds("Sun, 06 Nov 1994 08:51:37 GMT", date, far_away_clock), Some(120));
+        assert_eq!(retry_after_seconds("Sun, 06 Nov 1994 08:49:00 GMT", date, far_away_clock), Some(0), "in the past");
+        assert_eq!(retry_after_seconds(" 30 ", date, far_away_clock), Some(30));
+        assert_eq!(retry_after_seconds("soon", date, far_away_clock), None);
+        // Without a (valid) Date header the receiver's clock is the reference.
+        let received = http_date("Sun, 06 Nov 1994 08:49:37 GMT").expect("date");
+        assert_eq!(retry_after_seconds("Sun, 06 Nov 1994 08:50:07 GMT", None, received), Some(30));
+        assert_eq!(retry_after_seconds("Sun, 06 Nov 1994 08:50:07 GMT", Some("garbage"), received), Some(30));
+    }
+
+    #[test]
+    fn absurd_retry_after_values_are_capped() {
+        assert_eq!(parse_retry_after("31536000"), Some(MAX_RETRY_AFTER), "a year");
+        assert_eq!(parse_retry_after("18446744073709551615"), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("120"), Some(Millis(120_000)));
     }
 }

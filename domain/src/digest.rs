@@ -40,8 +40,10 @@ pub enum DigestDecision {
     Join { task: TaskId },
 }
 
-/// Decides how the event arriving at `now` is prompted. `instant_prompts` are the times of earlier
-/// instant prompts for the same (user, thread, channel); only those inside the window count.
+/// Decides how the event arriving at `now` is prompted. `instant_prompts` are the times of the other
+/// instant prompts for the same (user, thread, channel); those after the window's start count — also
+/// those *later* than `now`: events read their time before they take the decision's lock, so one that
+/// read an earlier time may decide after one that read a later time, and must still count it.
 pub fn decide_digest(
     rule: DigestRule,
     instant_prompts: &[Timestamp],
@@ -49,7 +51,7 @@ pub fn decide_digest(
     now: Timestamp,
 ) -> DigestDecision {
     let window_start = now - rule.window;
-    let mut recent = instant_prompts.iter().copied().filter(|&t| t > window_start && t <= now);
+    let mut recent = instant_prompts.iter().copied().filter(|&t| t > window_start);
     let count = recent.clone().count();
     if count < rule.instant_per_window as usize {
         return DigestDecision::SendNow;
@@ -83,5 +85,15 @@ mod tests {
         assert_eq!(decide_digest(rule, &instant, Some(open), s(40)), DigestDecision::Join { task: TaskId(9) });
         // After the window has passed, prompts are instant again.
         assert_eq!(decide_digest(rule, &instant, Some(open), s(3_601)), DigestDecision::SendNow);
+    }
+
+    // Defect: concurrent creates read their time before the lock, so a prompt recorded by an event that
+    // decided first can carry a later time than the event deciding now; it counts all the same.
+    #[test]
+    fn prompts_recorded_with_a_later_time_count_too() {
+        let rule = DigestRule::per_hour(3);
+        let s = |secs: i64| Timestamp(secs * 1_000);
+        let instant = [s(10), s(9), s(8)];
+        assert_eq!(decide_digest(rule, &instant, None, s(7)), DigestDecision::Open { due_at: s(3_608) });
     }
 }

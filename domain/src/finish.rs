@@ -21,6 +21,9 @@ pub struct FinishContext {
     pub uncertain_since: Option<Timestamp>,
     /// When this attempt was claimed.
     pub attempt_started_at: Timestamp,
+    /// When the notification (or, for a digest, the last of its events) expires. No retry is scheduled
+    /// later than this: a task due at its expiry is settled by the next claim (SPEC §4, §6).
+    pub expires_at: Timestamp,
     /// Attempts spent, including this one.
     pub attempts_used: u32,
     /// The task's budget (notification's `max_attempts` or the channel's).
@@ -34,21 +37,29 @@ impl FinishContext {
         self.attempts_used < self.budget
     }
 
-    /// The uncertainty mark after this attempt turned out uncertain: a SEND may itself have been
-    /// accepted, so it becomes the latest candidate; a QUERY sends nothing and keeps the old mark.
-    fn uncertain_since_after_unknown(&self) -> Option<Timestamp> {
+    /// The uncertainty mark after this attempt, finished at `now`, turned out uncertain. The mark is the
+    /// latest moment an uncertain call could have been accepted: a SEND that got no answer may have been
+    /// accepted until the moment it was given up (its finish, not its claim: it may have left late, and
+    /// a channel may still take a request from its socket after the client stopped waiting), so it
+    /// becomes the mark; a QUERY sends nothing and keeps the old one.
+    fn uncertain_since_after_unknown(&self, now: Timestamp) -> Option<Timestamp> {
         match self.action {
-            Action::Send => Some(self.attempt_started_at),
+            Action::Send => Some(now.max(self.attempt_started_at)),
             Action::Query => self.uncertain_since.or(Some(self.attempt_started_at)),
         }
     }
 }
 
 /// The transition for `observation`, finishing at `now`.
+///
+/// Every retry is scheduled no later than the task's expiry: a backoff or a `Retry-After` that reaches
+/// past it would leave the task waiting long after its TTL, so it is due at the expiry instead, when the
+/// claim settles it (expired: `FAILED`, or parked when it may have been sent).
 pub fn finish(ctx: &FinishContext, observation: &Observation, now: Timestamp, jitter: Jitter) -> Transition {
     let retry_at = |floor: Option<Timestamp>| {
         let backoff = ctx.retry.next_at(now, ctx.attempts_used, jitter);
-        Some(floor.map_or(backoff, |floor| backoff.max(floor)))
+        let wanted = floor.map_or(backoff, |floor| backoff.max(floor));
+        Some(wanted.min(ctx.expires_at.max(now)))
     };
     // Still uncertain: retried later while budget lasts, else parked.
     let stay_unknown = |since: Option<Timestamp>, floor: Option<Timestamp>, reason: &'static str| {
@@ -95,7 +106,7 @@ pub fn finish(ctx: &FinishContext, observation: &Observation, now: Timestamp, ji
             reason: None,
         },
         Observation::Timeout | Observation::IoError | Observation::QueryFailed => {
-            let since = ctx.uncertain_since_after_unknown();
+            let since = ctx.uncertain_since_after_unknown(now);
             if ctx.capability == Capability::Neither {
                 Transition::park(since, "outcome unknown and the channel offers neither idempotency key nor query")
             } else {
@@ -167,6 +178,7 @@ mod tests {
             prior_uncertain,
             uncertain_since: prior_uncertain.then_some(NOW - Millis(10_000)),
             attempt_started_at: NOW - Millis(400),
+            expires_at: NOW + Millis(3_600_000),
             attempts_used,
             budget,
             capability,
@@ -219,7 +231,7 @@ mod tests {
         for obs in [Observation::Timeout, Observation::IoError] {
             let t = run(&ctx(Capability::Idempotent, false, 1, 3), obs);
             check(&t, TaskState::Unknown, true, false);
-            assert_eq!(t.uncertain_since, Some(NOW - Millis(400)));
+            assert_eq!(t.uncertain_since, Some(NOW), "the call may have been accepted until it was given up");
         }
     }
 
@@ -325,5 +337,42 @@ mod tests {
         let mut c = ctx(SMS_SLOW, true, 2, 3);
         c.uncertain_since = Some(NOW - Millis(30_000));
         check(&run(&c, Observation::QueryNotFound), TaskState::Pending, false, false);
+    }
+
+    // Defect: "not found" was believed counting from the claim of the uncertain SEND, although the call
+    // may have left (and been accepted) much later.
+    #[test]
+    fn an_unknown_send_marks_its_finish_as_the_latest_possible_acceptance() {
+        let mut c = ctx(SMS_SLOW, false, 1, 3);
+        // Claimed 20 s before it finished: the call left late (pool wait, a slow start).
+        c.attempt_started_at = NOW - Millis(20_000);
+        let t = run(&c, Observation::Timeout);
+        assert_eq!(t.uncertain_since, Some(NOW));
+        // 15 s after the finish "not found" is not yet believable (the channel needs 30 s), although it is
+        // 35 s after the claim.
+        let later = NOW + Millis(15_000);
+        let mut q = ctx(SMS_SLOW, true, 2, 3);
+        q.uncertain_since = t.uncertain_since;
+        q.attempt_started_at = later;
+        let t = finish(&q, &Observation::QueryNotFound, later, Jitter::NONE);
+        assert_eq!(t.state, TaskState::Unknown, "{t:?}");
+        assert_eq!(t.next_attempt_at, Some(NOW + Millis(30_000)), "asked again once believable");
+    }
+
+    // Defect: scheduling past the deadline.
+    #[test]
+    fn no_retry_is_scheduled_after_the_expiry() {
+        let mut c = ctx(Capability::Idempotent, false, 1, 3);
+        c.expires_at = NOW + Millis(5_000);
+        let far = Observation::RetryableReject { retry_after: Some(Millis(3_600_000)) };
+        assert_eq!(run(&c, far).next_attempt_at, Some(NOW + Millis(5_000)), "Retry-After capped at the expiry");
+        c.retry = RetryPolicy::new(3, Millis(60_000), Millis(60_000));
+        let t = run(&c, Observation::RetryableReject { retry_after: None });
+        assert_eq!(t.next_attempt_at, Some(NOW + Millis(5_000)), "backoff capped at the expiry");
+        let t = run(&c, Observation::Timeout);
+        assert_eq!((t.state, t.next_attempt_at), (TaskState::Unknown, Some(NOW + Millis(5_000))));
+        // Already expired: due at once, so the claim settles it now.
+        c.expires_at = NOW - Millis(1);
+        assert_eq!(run(&c, Observation::Timeout).next_attempt_at, Some(NOW));
     }
 }

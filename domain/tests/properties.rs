@@ -199,13 +199,15 @@ impl World {
             };
         }
         match behaviour {
-            Behaviour::Accept => self.deliver(Action::Send, holder.ctx.attempt_started_at),
+            // The call may have left (and been accepted) at any moment up to its answer; the latest is the
+            // hardest case for a later query, so the acceptance is recorded at the answer.
+            Behaviour::Accept => self.deliver(Action::Send, self.now),
             Behaviour::AcceptThenTimeout => {
-                let _ = self.deliver(Action::Send, holder.ctx.attempt_started_at);
+                let _ = self.deliver(Action::Send, self.now);
                 Observation::Timeout
             }
             Behaviour::AcceptThenBreak => {
-                let _ = self.deliver(Action::Send, holder.ctx.attempt_started_at);
+                let _ = self.deliver(Action::Send, self.now);
                 Observation::IoError
             }
             Behaviour::TimeoutBeforeAccept | Behaviour::QueryFails => Observation::Timeout,
@@ -272,7 +274,9 @@ impl World {
         if let Some(mut holder) = self.holder.take() {
             holder.gone = true;
             if accepted && holder.ctx.action == Action::Send {
-                let _ = self.deliver(Action::Send, holder.ctx.attempt_started_at);
+                // A holder may call until its lease ends (and no later, SPEC §4): the latest moment.
+                let at = self.now.min(holder.ctx.attempt_started_at + LEASE);
+                let _ = self.deliver(Action::Send, at);
                 holder.accepted = true;
                 self.had_uncertain_attempt = true;
             }
@@ -283,7 +287,6 @@ impl World {
     fn claim(&mut self, pref_enabled: bool, egress_wait: Option<u16>, jitter: u64) {
         let ctx = ClaimContext {
             task: self.task.clone(),
-            holder_started_at: self.holder.or(self.vanished.last().copied()).map(|h| h.ctx.attempt_started_at),
             budget: self.budget,
             pref_enabled,
             expires_at: self.expires_at,
@@ -327,6 +330,7 @@ impl World {
                         prior_uncertain: uncertain,
                         uncertain_since,
                         attempt_started_at: self.now,
+                        expires_at: self.expires_at,
                         attempts_used: self.task.attempt_count,
                         budget: self.budget,
                         capability: self.capability,
@@ -435,7 +439,6 @@ proptest! {
                     for later in [Millis::ZERO, Millis(1_000_000_000)] {
                         let ctx = ClaimContext {
                             task: world.task.clone(),
-                            holder_started_at: None,
                             budget: world.budget,
                             pref_enabled,
                             expires_at: world.expires_at,
