@@ -189,6 +189,14 @@ impl StandIn {
         self.shared.lock().scripts.push(Some(key), step);
     }
 
+    /// Sms (queryable) only: a message accepted at time `t` is counted by `GET /messages?ref=`
+    /// only from `t + lag`; before that the query answers `found: 0`, like a gateway whose
+    /// query side is eventually consistent (`query_consistency`, SPEC §9). Default zero.
+    /// [`StandIn::sends_for`] and the other counters always count the send at once.
+    pub fn set_query_lag(&self, lag: std::time::Duration) {
+        self.shared.lock().set_query_lag(lag);
+    }
+
     /// Steps queued and not yet consumed (send and query queues together).
     #[must_use]
     pub fn pending_scripts(&self) -> usize {

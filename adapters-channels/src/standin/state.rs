@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::script::Scripts;
 use super::Kind;
@@ -66,10 +66,10 @@ pub(crate) struct Accepted {
     pub(crate) replayed: bool,
 }
 
+/// The sends accepted for one `ref`, oldest first: when each was accepted and its id.
 #[derive(Debug, Default)]
 struct RefSends {
-    count: u64,
-    latest_id: Option<String>,
+    sends: Vec<(Instant, Option<String>)>,
 }
 
 /// Everything behind the stand-in's lock. Small and only touched briefly, never across an
@@ -90,9 +90,15 @@ pub(crate) struct State {
     /// Push: key -> id of the send that key first produced.
     replay_ids: HashMap<String, String>,
     messages: Vec<Received>,
+    /// Sms queries see an acceptance only this long after it was recorded (default zero).
+    query_lag: Duration,
 }
 
 impl State {
+    pub(crate) fn set_query_lag(&mut self, lag: Duration) {
+        self.query_lag = lag;
+    }
+
     /// Counts a request on the send endpoint, whatever its answer will be. `reference` and
     /// `to` are `None` when the body could not be parsed.
     pub(crate) fn record_request(&mut self, reference: Option<&str>, to: Option<&str>, idempotency_key: Option<&str>) {
@@ -133,8 +139,7 @@ impl State {
                 }
                 if let Some(reference) = &incoming.reference {
                     let entry = self.sends_by_ref.entry(reference.clone()).or_default();
-                    entry.count += 1;
-                    entry.latest_id.clone_from(&id);
+                    entry.sends.push((Instant::now(), id.clone()));
                 }
                 *self.sends_by_dest.entry(incoming.to.clone()).or_default() += 1;
                 Accepted { id, replayed: false }
@@ -154,9 +159,16 @@ impl State {
         accepted
     }
 
-    /// The sms query answer: number of sends for `reference` and the latest id.
+    /// The sms query answer: number of sends for `reference` that queries can already see
+    /// (accepted at least the query lag ago) and the latest of their ids.
     pub(crate) fn lookup(&self, reference: &str) -> (u64, Option<String>) {
-        self.sends_by_ref.get(reference).map_or((0, None), |s| (s.count, s.latest_id.clone()))
+        let Some(sends) = self.sends_by_ref.get(reference) else {
+            return (0, None);
+        };
+        let now = Instant::now();
+        let visible: Vec<_> =
+            sends.sends.iter().filter(|(at, _)| now.saturating_duration_since(*at) >= self.query_lag).collect();
+        (visible.len() as u64, visible.last().and_then(|(_, id)| id.clone()))
     }
 
     pub(crate) fn requests(&self) -> u64 {
@@ -187,8 +199,9 @@ impl State {
         self.sends
     }
 
+    /// Every real send for `reference`, visible to queries yet or not.
     pub(crate) fn sends_for(&self, reference: &str) -> u64 {
-        self.lookup(reference).0
+        self.sends_by_ref.get(reference).map_or(0, |s| s.sends.len() as u64)
     }
 
     pub(crate) fn sends_to(&self, to: &str) -> u64 {
