@@ -29,10 +29,10 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use herald_domain::classify::{classify_query, classify_send, Classified, Reply};
-use herald_domain::{ChannelKind, ChannelName, ChannelRules, Observation, Policy, RefusalProof};
+use herald_domain::classify::{classify_query, classify_send, retry_after_seconds, Classified, Reply};
+use herald_domain::{ChannelKind, ChannelName, ChannelRules, Observation, Policy, RefusalProof, Timestamp};
 use herald_ports::{Channel, OutboundMessage};
-use reqwest::header::{CONTENT_LENGTH, RETRY_AFTER};
+use reqwest::header::{CONTENT_LENGTH, DATE, RETRY_AFTER};
 use reqwest::{Client, RequestBuilder, Response, Url};
 use secrecy::ExposeSecret;
 use serde::Serialize;
@@ -109,6 +109,12 @@ fn failure(err: &reqwest::Error) -> Reply<'static> {
     } else {
         Reply::Broken
     }
+}
+
+/// This machine's wall clock, only for reading an HTTP-date `Retry-After` sent without a `Date`.
+fn wall_clock() -> Timestamp {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Timestamp(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn endpoint(base: &str, path: &str, name: &str) -> Result<Url, ConfigError> {
@@ -204,7 +210,15 @@ impl HttpChannel {
             Err(err) => return Wire::Failed(failure(&err)),
         };
         let status = response.status().as_u16();
-        let retry_after = response.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        // An HTTP-date is turned into seconds here, where a clock may be read: against the answer's own
+        // `Date` when it has one, else this machine's wall clock at receipt.
+        let headers = response.headers();
+        let date = headers.get(DATE).and_then(|v| v.to_str().ok());
+        let retry_after = headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|value| retry_after_seconds(value, date, wall_clock()))
+            .map(|seconds| seconds.to_string());
         match self.read_body(&mut response).await {
             Ok(body) => Wire::Answer { status, body: body.unwrap_or_default(), retry_after },
             Err(err) => Wire::Failed(failure(&err)),

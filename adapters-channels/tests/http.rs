@@ -489,3 +489,17 @@ fn outcomes_are_domain_outcomes() {
     // The adapter's answers feed the domain unchanged: a sanity check of the mapping used above.
     assert_eq!(retryable(None).outcome(), Outcome::RetryableReject);
 }
+
+/// `Retry-After` as an HTTP-date (RFC 9110 §10.2.3) is honoured, read against the answer's own `Date`:
+/// two minutes here, whatever this machine's clock says. It used to be ignored, so the retry could come
+/// earlier than the channel asked.
+#[tokio::test]
+async fn retry_after_as_an_http_date_is_honoured() {
+    let answer = b"HTTP/1.1 429 Too Many Requests\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+                   retry-after: Sun, 06 Nov 1994 08:51:37 GMT\r\ncontent-length: 0\r\n\r\n";
+    let (url, server) = raw_server(answer, Then::Close).await;
+    let channel = channel_at(ChannelKind::Webhook, &url, |_| {});
+    let got = channel.send(&message()).await;
+    assert_eq!(got.observation, retryable(Some(120)), "{got:?}");
+    server.await.expect("server");
+}
