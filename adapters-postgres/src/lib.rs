@@ -19,6 +19,7 @@ pub mod negative;
 pub use clock::PgClock;
 pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
 pub use store::PgStore;
+pub use views::ATTEMPTS_OF_TASKS;
 
 /// The embedded migrations (folder `migrations/` at the workspace root).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");

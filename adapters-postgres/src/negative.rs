@@ -5,7 +5,7 @@ use herald_ports::store::{ClaimBatch, ClaimRequest, FinishRecord, StoreError};
 use sqlx::postgres::PgRow;
 
 use crate::convert::{opt_to_db, store_error, to_db};
-use crate::store::{channel_names, claim_row, PgStore, CLAIM_QUERY};
+use crate::store::{channel_names, claim_row, egress_spacing, PgStore, CLAIM_QUERY};
 
 /// NC1, first half: reads runnable tasks **without locking them** (no `FOR UPDATE … SKIP LOCKED`).
 ///
@@ -13,10 +13,13 @@ use crate::store::{channel_names, claim_row, PgStore, CLAIM_QUERY};
 /// Store failures.
 pub async fn select_without_lock(store: &PgStore, request: &ClaimRequest) -> Result<Vec<PgRow>, StoreError> {
     let query = CLAIM_QUERY.replace("FOR UPDATE OF t SKIP LOCKED", "");
+    let (limited, spacing) = egress_spacing(&request.channels);
     sqlx::query(&query)
         .bind(to_db(request.now))
         .bind(channel_names(&request.channels))
         .bind(i64::from(request.limit))
+        .bind(limited)
+        .bind(spacing)
         .fetch_all(store.pool())
         .await
         .map_err(store_error)

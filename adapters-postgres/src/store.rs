@@ -24,10 +24,14 @@ use uuid::Uuid;
 use crate::clock::PgClock;
 use crate::convert::{count_i32, count_u32, from_db, opt_from_db, opt_to_db, parse_code, store_error, to_db};
 
-/// The PostgreSQL store. Cheap to clone: it is a connection pool.
+/// The PostgreSQL store. Cheap to clone: it is a connection pool (two, when finishes get their own).
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pub(crate) pool: PgPool,
+    /// Where finishes and give-backs run: the main pool unless [`PgStore::with_finish_pool`] gave them
+    /// one of their own, so that claims and API requests queueing for connections never delay the write
+    /// that records what a channel answered.
+    pub(crate) finishes: PgPool,
 }
 
 impl PgStore {
@@ -36,19 +40,23 @@ impl PgStore {
     /// # Errors
     /// `Unavailable` when the server cannot be reached; `Unknown` for a malformed URL.
     pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
-        let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| StoreError::Unknown(e.into()))?;
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
-            .await
-            .map_err(store_error)?;
-        Ok(PgStore { pool })
+        Ok(PgStore::from_pool(connect_pool(url, max_connections).await?))
     }
 
     #[must_use]
     pub fn from_pool(pool: PgPool) -> PgStore {
-        PgStore { pool }
+        PgStore { finishes: pool.clone(), pool }
+    }
+
+    /// Gives finishes and give-backs a pool of their own of `max_connections` (SPEC §5: the outcome of a
+    /// call must be written while the attempt's lease lasts; queued behind claims and API requests it
+    /// might not be).
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`].
+    pub async fn with_finish_pool(mut self, url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
+        self.finishes = connect_pool(url, max_connections).await?;
+        Ok(self)
     }
 
     #[must_use]
@@ -81,6 +89,16 @@ impl PgStore {
             sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(&self.pool).await;
         applied.is_ok_and(|versions| crate::MIGRATOR.iter().all(|m| versions.contains(&m.version)))
     }
+}
+
+async fn connect_pool(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
+    let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| StoreError::Unknown(e.into()))?;
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options)
+        .await
+        .map_err(store_error)
 }
 
 /// The columns of a task row that decisions read, in one place for every query that loads them.
@@ -235,19 +253,41 @@ pub(crate) async fn egress(
 
 /// The claim query (SPEC §4). `next_attempt_at` doubles as the lease end while SENDING, so one partial
 /// index serves both halves of the runnable predicate; the domain re-checks each row.
+///
+/// Oldest due first, ties by id, so a backlog drains in order. A rate-limited channel whose next egress
+/// slot is not free yet (`$4`/`$5`: the channels with an interval and their spacing, interval + guard,
+/// in ms) is not selected at all: its backlog keeps its due times untouched and is taken, oldest first,
+/// once the slot is free. The egress decision under the row lock remains the rule; this only spares
+/// claims that could not call anyway.
 pub(crate) const CLAIM_QUERY: &str = "SELECT t.id, t.user_id, t.notification_id, t.channel, t.state, \
      t.attempt_token, t.lease_until, t.outcome_uncertain, t.uncertain_since, t.needs_review, t.next_attempt_at, \
      t.attempt_count, t.max_attempts, t.last_attempt_no, t.digest_count, t.reference::text AS reference, \
-     n.body, COALESCE(t.expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination, a.started_at AS holder_started_at \
+     n.body, COALESCE(t.expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination \
      FROM delivery_task t \
      JOIN notification n ON n.user_id = t.user_id AND n.id = t.notification_id \
      LEFT JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel \
-     LEFT JOIN delivery_attempt a ON a.user_id = t.user_id AND a.attempt_token = t.attempt_token \
      WHERE t.next_attempt_at <= $1 AND t.channel = ANY($2) \
        AND (t.state <> 'SENDING' OR t.lease_until < $1) \
-     ORDER BY t.next_attempt_at \
+       AND NOT EXISTS (SELECT 1 FROM channel_egress e \
+             JOIN unnest($4::text[], $5::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
+             WHERE e.channel = t.channel AND e.last_call_at > $1 - r.spacing_ms * interval '1 millisecond') \
+     ORDER BY t.next_attempt_at, t.id \
      LIMIT $3 \
      FOR UPDATE OF t SKIP LOCKED";
+
+/// The rate-limited channels of a claim and the spacing of their egress reservations, as the claim
+/// query's `$4` and `$5`.
+pub(crate) fn egress_spacing(table: &ChannelTable) -> (Vec<String>, Vec<i64>) {
+    table
+        .0
+        .iter()
+        .filter(|(_, rules)| rules.min_interval > Millis::ZERO)
+        .map(|(name, rules)| {
+            let spacing = rules.min_interval + rules.egress_guard;
+            (name.as_str().to_owned(), i64::try_from(spacing.0).unwrap_or(i64::MAX))
+        })
+        .unzip()
+}
 
 /// Decides and stores one locked row. Shared with the negative-control claim, which differs only in how
 /// it finds and locks rows.
@@ -262,7 +302,6 @@ pub(crate) async fn claim_row(
     let now = request.now;
     let ctx = ClaimContext {
         task: task.snapshot.clone(),
-        holder_started_at: opt_from_db(row.try_get("holder_started_at").map_err(store_error)?),
         budget: task.budget,
         pref_enabled: row.try_get("pref_enabled").map_err(store_error)?,
         expires_at: from_db(row.try_get("expires_at").map_err(store_error)?),
@@ -294,8 +333,14 @@ pub(crate) async fn claim_row(
                 batch.lease_expired += expire_holder(conn, &task, now).await?;
             }
             if let EgressDecision::DeferUntil(until) = egress(conn, &task.channel, rules, now).await? {
-                let transition = deferral(&task.snapshot, uncertain, uncertain_since, until);
-                store_transition(conn, &task, &transition, None, now).await?;
+                // Another claim took the slot first. A task that is due stays as it is — untouched, it
+                // keeps its place in the backlog, and the claim query passes its channel over until the
+                // slot is free. Only a task taken over from an expired holder must be written now: its
+                // holder's attempt was just closed, and the row must stop pointing at it.
+                if superseded {
+                    let transition = deferral(&task.snapshot, uncertain, uncertain_since, until);
+                    store_transition(conn, &task, &transition, None, now).await?;
+                }
                 batch.deferred.push(task.id);
                 return Ok(());
             }
@@ -350,6 +395,7 @@ pub(crate) async fn claim_row(
                     prior_uncertain: uncertain,
                     uncertain_since,
                     attempt_started_at: now,
+                    expires_at: ctx.expires_at,
                     attempts_used,
                     budget: task.budget,
                     capability: rules.contract.capability,
@@ -371,21 +417,29 @@ pub(crate) fn channel_names(table: &ChannelTable) -> Vec<String> {
 
 /// The fenced finish statement (SPEC §5): the task changes only while this attempt holds it; either way
 /// the observation lands on the attempt row — as its outcome, or as its late outcome when superseded.
+///
+/// A finish may be sent again when its first answer was lost (the connection broke after the commit):
+/// when this attempt's outcome already is this observation, that earlier finish landed, and the repeat
+/// changes nothing and answers `repeated`. (A superseded attempt's outcome is `LEASE_EXPIRED`, which no
+/// channel observation equals.)
 const FINISH_QUERY: &str = "WITH held AS ( \
        UPDATE delivery_task SET state = $4, outcome_uncertain = $5, needs_review = $6, next_attempt_at = $7, \
          uncertain_since = $8, provider_msg_id = COALESCE($9, provider_msg_id), last_error = $10, \
          attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = $11 \
        WHERE user_id = $1 AND id = $2 AND state = 'SENDING' AND attempt_token = $3 \
-       RETURNING id) \
-     UPDATE delivery_attempt SET \
-       outcome = CASE WHEN EXISTS (SELECT 1 FROM held) THEN $12 ELSE outcome END, \
-       detail = CASE WHEN EXISTS (SELECT 1 FROM held) THEN $13 ELSE detail END, \
-       finished_at = CASE WHEN EXISTS (SELECT 1 FROM held) THEN $11 ELSE finished_at END, \
-       late_outcome = CASE WHEN EXISTS (SELECT 1 FROM held) THEN late_outcome ELSE $12 END, \
-       late_detail = CASE WHEN EXISTS (SELECT 1 FROM held) THEN late_detail ELSE $13 END, \
-       late_at = CASE WHEN EXISTS (SELECT 1 FROM held) THEN late_at ELSE $11 END \
-     WHERE user_id = $1 AND attempt_token = $3 \
-     RETURNING EXISTS (SELECT 1 FROM held)";
+       RETURNING id), \
+     mine AS (SELECT EXISTS (SELECT 1 FROM held) AS held) \
+     UPDATE delivery_attempt a SET \
+       outcome = CASE WHEN mine.held THEN $12 ELSE a.outcome END, \
+       detail = CASE WHEN mine.held THEN $13 ELSE a.detail END, \
+       finished_at = CASE WHEN mine.held THEN $11 ELSE a.finished_at END, \
+       late_outcome = CASE WHEN mine.held OR a.outcome IS NOT DISTINCT FROM $12 THEN a.late_outcome ELSE $12 END, \
+       late_detail = CASE WHEN mine.held OR a.outcome IS NOT DISTINCT FROM $12 THEN a.late_detail ELSE $13 END, \
+       late_at = CASE WHEN mine.held OR a.outcome IS NOT DISTINCT FROM $12 THEN a.late_at ELSE $11 END \
+     FROM mine \
+     WHERE a.user_id = $1 AND a.attempt_token = $3 \
+     RETURNING CASE WHEN mine.held THEN 'applied' WHEN a.outcome IS NOT DISTINCT FROM $12 THEN 'repeated' \
+       ELSE 'stale' END";
 
 /// Takes back an attempt whose holder missed its egress slot (SPEC §7), fenced like the finish: while
 /// the token still holds the task, the task returns to its claim-time knowledge with the attempt count
@@ -478,10 +532,13 @@ impl NotificationStore for PgStore {
     #[tracing::instrument(skip_all, fields(worker = %request.worker))]
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         let mut tx = self.pool.begin().await.map_err(store_error)?;
+        let (limited, spacing) = egress_spacing(&request.channels);
         let mut rows = sqlx::query(CLAIM_QUERY)
             .bind(to_db(request.now))
             .bind(channel_names(&request.channels))
             .bind(i64::from(request.limit))
+            .bind(limited)
+            .bind(spacing)
             .fetch_all(&mut *tx)
             .await
             .map_err(store_error)?;
@@ -499,7 +556,7 @@ impl NotificationStore for PgStore {
     #[tracing::instrument(skip_all, fields(task_id = %record.task_id))]
     async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError> {
         let t = &record.transition;
-        let held: Option<bool> = sqlx::query_scalar(FINISH_QUERY)
+        let result: Option<String> = sqlx::query_scalar(FINISH_QUERY)
             .bind(record.user_id.as_str())
             .bind(record.task_id.0)
             .bind(record.token.0)
@@ -513,12 +570,12 @@ impl NotificationStore for PgStore {
             .bind(to_db(record.now))
             .bind(record.observation.outcome().as_str())
             .bind(&record.detail)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.finishes)
             .await
             .map_err(store_error)?;
-        match held {
-            Some(true) => Ok(FinishResult::Applied),
-            Some(false) => Ok(FinishResult::Stale),
+        match result.as_deref() {
+            Some("applied" | "repeated") => Ok(FinishResult::Applied),
+            Some(_) => Ok(FinishResult::Stale),
             None => Err(StoreError::Unknown(anyhow::anyhow!("no attempt row for the finishing token"))),
         }
     }
@@ -536,7 +593,7 @@ impl NotificationStore for PgStore {
             .bind(opt_to_db(t.uncertain_since))
             .bind(t.reason)
             .bind(to_db(record.now))
-            .fetch_one(&self.pool)
+            .fetch_one(&self.finishes)
             .await
             .map_err(store_error)?;
         Ok(if held { FinishResult::Applied } else { FinishResult::Stale })

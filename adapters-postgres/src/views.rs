@@ -142,20 +142,23 @@ fn task_view(row: &PgRow) -> Result<TaskView, StoreError> {
     })
 }
 
+/// The attempts of several tasks, each named by (user, task) — `$1` users, `$2` task ids, pairwise — so
+/// that every probe uses the `(user_id, task_id, attempt_no)` key: attempts are found by index, never by
+/// scanning `delivery_attempt`.
+pub const ATTEMPTS_OF_TASKS: &str = "SELECT a.task_id, a.attempt_no, a.action, a.outcome, a.late_outcome, a.detail, \
+     a.started_at, a.finished_at \
+     FROM unnest($1::text[], $2::bigint[]) AS k(user_id, task_id) \
+     JOIN delivery_attempt a ON a.user_id = k.user_id AND a.task_id = k.task_id \
+     ORDER BY a.task_id, a.attempt_no";
+
 /// Loads the attempts of `tasks` (oldest first) into them.
 async fn with_attempts(pool: &PgPool, mut tasks: Vec<TaskView>) -> Result<Vec<TaskView>, StoreError> {
     if tasks.is_empty() {
         return Ok(tasks);
     }
+    let users: Vec<&str> = tasks.iter().map(|t| t.user_id.as_str()).collect();
     let ids: Vec<i64> = tasks.iter().map(|t| t.task_id.0).collect();
-    let rows = sqlx::query(
-        "SELECT task_id, attempt_no, action, outcome, late_outcome, detail, started_at, finished_at \
-         FROM delivery_attempt WHERE task_id = ANY($1) ORDER BY task_id, attempt_no",
-    )
-    .bind(&ids)
-    .fetch_all(pool)
-    .await
-    .map_err(store_error)?;
+    let rows = sqlx::query(ATTEMPTS_OF_TASKS).bind(&users).bind(&ids).fetch_all(pool).await.map_err(store_error)?;
     let mut by_task: HashMap<i64, Vec<AttemptView>> = HashMap::new();
     for row in &rows {
         let e = store_error;
