@@ -294,7 +294,14 @@ async fn serve(config: Config, with_api: bool) -> anyhow::Result<()> {
     let registry = herald_channels::registry::HttpChannelRegistry::from_configs(&config.channels)
         .map_err(|error| ConfigError::new(error.key, error.reason))?;
     let metrics = crate::metrics::install()?;
-    let store = connect(&config, command).await?;
+    // Finishes get a pool of their own, one connection per worker loop: the write that records what a
+    // channel answered never queues behind claims or API requests (SPEC §5; see docs/ARCHITECTURE.md).
+    let url = config.require_database_url(command)?;
+    let store = connect(&config, command)
+        .await?
+        .with_finish_pool(url.expose_secret(), config.worker.concurrency.max(2))
+        .await
+        .context("cannot connect to the database (database.url)")?;
     if !store.is_migrated().await {
         tracing::warn!("the database is not migrated; run `herald migrate` (readiness reports not ready)");
     }

@@ -117,8 +117,6 @@ pub struct WorkerSettings {
     pub lease_ms: u64,
     pub batch: u32,
     pub poll_ms: u64,
-    /// Test-only: allows a lease shorter than a channel's timeout plus the finish margin (P2).
-    pub allow_lease_overlap: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -264,7 +262,6 @@ fn deserialize<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T> {
 enum Kind {
     Str,
     Int,
-    Bool,
     List,
 }
 
@@ -279,7 +276,6 @@ fn kind_of(section: &str, key: &str) -> Option<Kind> {
         ("database", "max_connections")
         | ("server", "body_limit_bytes")
         | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms") => Kind::Int,
-        ("worker", "allow_lease_overlap") => Kind::Bool,
         ("auth", "service_tokens" | "admin_tokens") => Kind::List,
         _ => return None,
     })
@@ -290,11 +286,6 @@ fn env_value(var: &str, kind: Kind, raw: &str) -> Result<Value> {
     Ok(match kind {
         Kind::Str => Value::String(raw.to_owned()),
         Kind::Int => Value::Integer(raw.trim().parse().map_err(|_| bad("an integer"))?),
-        Kind::Bool => match raw.trim().to_ascii_lowercase().as_str() {
-            "true" | "1" => Value::Boolean(true),
-            "false" | "0" => Value::Boolean(false),
-            _ => return Err(bad("true or false")),
-        },
         Kind::List if raw.trim_start().starts_with('[') => {
             let list: Vec<String> = serde_json::from_str(raw).map_err(|_| bad("a JSON array of strings"))?;
             Value::Array(list.into_iter().map(Value::String).collect())
@@ -416,7 +407,6 @@ struct RawWorker {
     lease_ms: Option<u64>,
     batch: Option<u32>,
     poll_ms: Option<u64>,
-    allow_lease_overlap: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -600,7 +590,6 @@ impl RawConfig {
             lease_ms: in_range("worker.lease_ms", w.lease_ms.unwrap_or(DEFAULT_LEASE_MS), 100, 86_400_000)?,
             batch: in_range("worker.batch", w.batch.unwrap_or(DEFAULT_BATCH), 1, 1000)?,
             poll_ms: in_range("worker.poll_ms", w.poll_ms.unwrap_or(DEFAULT_POLL_MS), 1, 3_600_000)?,
-            allow_lease_overlap: w.allow_lease_overlap.unwrap_or(false),
         };
 
         let mut channels = Vec::with_capacity(self.channel.len());
@@ -619,7 +608,7 @@ impl RawConfig {
                 ));
             }
             let needed = herald_domain::min_lease(herald_domain::Millis(channel.timeout_ms)).0;
-            if !worker.allow_lease_overlap && worker.lease_ms < needed {
+            if worker.lease_ms < needed {
                 return Err(ConfigError::new(
                     "worker.lease_ms",
                     format!(

@@ -33,6 +33,9 @@ pub const DEFERRALS_TOTAL: &str = "herald_deferrals_total";
 /// Counter: channel calls whose outcome could not be written (the database failed after the call), by
 /// `channel`. Each leaves its task `SENDING` until the lease expires and a later claim takes over.
 pub const UNRECORDED_FINISHES_TOTAL: &str = "herald_unrecorded_finishes_total";
+/// Counter: finish writes tried again after the database failed, by `channel` (they are retried while
+/// the attempt's lease lasts).
+pub const FINISH_RETRIES_TOTAL: &str = "herald_finish_retries_total";
 /// Histogram (seconds): from the claim's commit to the finish's, by `channel`.
 pub const CLAIM_TO_FINISH_SECONDS: &str = "herald_claim_to_finish_seconds";
 /// Counter: worker cycles that failed, by `error` = `unavailable` | `unknown`.
@@ -74,6 +77,7 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
         "Time from claim commit to finish commit"
     );
     metrics::describe_counter!(CYCLE_FAILURES_TOTAL, "Worker cycles that failed and backed off");
+    metrics::describe_counter!(FINISH_RETRIES_TOTAL, "Finish writes tried again while the lease lasts");
     *installed = Some(handle.clone());
     Ok(handle)
 }
@@ -105,6 +109,10 @@ pub(crate) fn record_stale(channel: &ChannelName) {
 
 pub(crate) fn record_unrecorded_finish(channel: &ChannelName) {
     metrics::counter!(UNRECORDED_FINISHES_TOTAL, "channel" => channel.to_string()).increment(1);
+}
+
+pub(crate) fn record_finish_retry(channel: &ChannelName) {
+    metrics::counter!(FINISH_RETRIES_TOTAL, "channel" => channel.to_string()).increment(1);
 }
 
 pub(crate) fn record_claim_to_finish(channel: &ChannelName, elapsed: Duration) {

@@ -220,6 +220,8 @@ impl Worker {
     /// database outage costs a few log lines per worker and no crash loop.
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>, mut wake: Option<watch::Receiver<()>>) {
         let mut failures: u32 = 0;
+        // Consecutive cycles that claimed something but only deferred it or gave it back.
+        let mut stalled: u32 = 0;
         tracing::debug!(worker = %self.config.id, "worker loop started");
         while !*shutdown.borrow() {
             let result = self.run_once().await;
@@ -230,7 +232,16 @@ impl Worker {
                         tracing::info!(worker = %self.config.id, failures, "worker cycles succeed again");
                     }
                     failures = 0;
-                    !cycle.is_empty()
+                    if made_progress(&cycle) {
+                        stalled = 0;
+                        true
+                    } else {
+                        // Nothing, or only deferrals and give-backs: a task given back is due again at
+                        // once, and an immediate new cycle could take it back just as fast — a spin
+                        // that sends nothing. Wait, a little longer each time, as when idle.
+                        stalled = stalled.saturating_add(u32::from(!cycle.is_empty()));
+                        false
+                    }
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
@@ -248,11 +259,13 @@ impl Worker {
             if busy {
                 continue;
             }
-            let pause = if failures == 0 {
+            let pause = if failures > 0 {
+                outage_backoff(failures)
+            } else if stalled > 0 {
+                stalled_pause(stalled, self.config.idle_poll)
+            } else {
                 tracing::trace!(worker = %self.config.id, "idle: waiting for a wake-up, the poll interval or shutdown");
                 self.config.idle_poll
-            } else {
-                outage_backoff(failures)
             };
             let mut wake_closed = false;
             let woken = async {
@@ -289,41 +302,70 @@ impl Worker {
             return self.give_back(&task).await;
         };
         let outcome = classified.observation.outcome();
-        let now = match self.clock.now().await {
-            Ok(now) => now,
-            Err(error) => return Err(self.unrecorded(&task, outcome, error)),
+        // The observation is written while the lease lasts, however often the database fails meanwhile:
+        // dropped, it would turn an answer the channel gave into a lease expiry — an unknown outcome,
+        // parked for a human on a channel with neither key nor query even when the channel said yes.
+        let lease_end = clock_read + Duration::from_millis(self.config.lease.0);
+        let mut failures: u32 = 0;
+        let (record, written) = loop {
+            let written = match self.clock.now().await {
+                Ok(now) => {
+                    let transition =
+                        finish(&task.finish, &classified.observation, now, Jitter::from_bits(rand::random()));
+                    let record = FinishRecord {
+                        task_id: task.task_id,
+                        user_id: task.user_id.clone(),
+                        token: task.token,
+                        observation: classified.observation.clone(),
+                        detail: classified.detail.clone(),
+                        transition,
+                        now,
+                    };
+                    let written = self.store.finish(&record).await;
+                    (Some(record), written)
+                }
+                Err(error) => (None, Err(error)),
+            };
+            match written {
+                (Some(record), Ok(result)) => break (record, result),
+                (_, Err(error)) => {
+                    failures += 1;
+                    let pause = finish_retry_pause(failures);
+                    if Instant::now() + pause >= lease_end {
+                        return Err(self.unrecorded(&task, outcome, error));
+                    }
+                    metrics::record_finish_retry(&task.channel);
+                    tracing::warn!(
+                        outcome = %outcome,
+                        error = %error_chain(&error),
+                        failures,
+                        "could not store the outcome yet; trying again while the lease lasts"
+                    );
+                    tokio::time::sleep(pause).await;
+                }
+                (None, Ok(_)) => unreachable!("a store result always comes with its record"),
+            }
         };
-        let transition = finish(&task.finish, &classified.observation, now, Jitter::from_bits(rand::random()));
-        let report = report_for(task.task_id, &transition);
-        let record = FinishRecord {
-            task_id: task.task_id,
-            user_id: task.user_id.clone(),
-            token: task.token,
-            observation: classified.observation,
-            detail: classified.detail,
-            transition,
-            now,
-        };
-        match self.store.finish(&record).await {
-            Ok(FinishResult::Applied) => {
+        let report = report_for(task.task_id, &record.transition);
+        match written {
+            FinishResult::Applied => {
                 metrics::record_attempt(&task.channel, outcome);
                 metrics::record_claim_to_finish(&task.channel, claimed_at.elapsed());
                 tracing::debug!(outcome = %outcome, state = %record.transition.state, "attempt finished");
                 Ok(report)
             }
-            Ok(FinishResult::Stale) => {
+            FinishResult::Stale => {
                 metrics::record_stale(&task.channel);
                 tracing::info!(outcome = %outcome, "attempt superseded; observation kept as late outcome");
                 Ok(Report::Stale(task.task_id))
             }
-            Err(error) => Err(self.unrecorded(&task, outcome, error)),
         }
     }
 
-    /// The channel was called but the database failed before the outcome was stored. Nothing is retried
-    /// here: the task stays `SENDING` under this attempt's lease, and the first claim after the lease
-    /// records `LEASE_EXPIRED` and continues as uncertain (resend with the same key, query, or park), so
-    /// this observation is lost but the task is not.
+    /// The channel was called but the outcome could not be stored before the lease ended, however often
+    /// it was tried: the task stays `SENDING` under this attempt's lease, and the first claim after the
+    /// lease records `LEASE_EXPIRED` and continues as uncertain (resend with the same key, query, or
+    /// park), so this observation is lost but the task is not.
     fn unrecorded(&self, task: &ClaimedTask, outcome: Outcome, error: StoreError) -> StoreError {
         metrics::record_unrecorded_finish(&task.channel);
         tracing::error!(
@@ -407,6 +449,27 @@ impl Worker {
     }
 }
 
+/// Whether a cycle moved anything forward: a call was made and finished, or a task was settled. A cycle
+/// that only deferred tasks or gave attempts back did not, and is not followed at once by the next.
+#[must_use]
+pub fn made_progress(cycle: &[Report]) -> bool {
+    cycle.iter().any(|report| !matches!(report, Report::Deferred(_)))
+}
+
+/// The pause after `stalled` consecutive cycles that only deferred or gave back: 10 ms doubling, at most
+/// the idle poll interval.
+#[must_use]
+pub fn stalled_pause(stalled: u32, idle_poll: Duration) -> Duration {
+    let exponent = stalled.saturating_sub(1).min(16);
+    Duration::from_millis(10u64 << exponent).min(idle_poll)
+}
+
+/// The pause before the `failures`-th new try of a finish: 50 ms doubling up to 1 s, with equal jitter.
+fn finish_retry_pause(failures: u32) -> Duration {
+    const POLICY: RetryPolicy = RetryPolicy { max_attempts: u32::MAX, base: Millis(50), cap: Millis(1_000) };
+    Duration::from_millis(POLICY.backoff(failures.max(1), Jitter::from_bits(rand::random())).0)
+}
+
 fn report_for(task: TaskId, transition: &herald_domain::Transition) -> Report {
     match transition.state {
         TaskState::Sent => Report::Sent(task),
@@ -449,6 +512,7 @@ mod tests {
                 prior_uncertain: false,
                 uncertain_since: None,
                 attempt_started_at: NOW,
+                expires_at: NOW + Millis(60_000),
                 attempts_used: 1,
                 budget: 3,
                 capability: Capability::Idempotent,
@@ -570,6 +634,60 @@ mod tests {
                 Report::Deferred(TaskId(7))
             ]
         );
+    }
+
+    #[test]
+    fn only_deferrals_and_give_backs_are_no_progress() {
+        assert!(!made_progress(&[]));
+        assert!(!made_progress(&[Report::Deferred(TaskId(1)), Report::Deferred(TaskId(2))]));
+        assert!(made_progress(&[Report::Deferred(TaskId(1)), Report::Sent(TaskId(2))]));
+        let poll = Duration::from_millis(1_000);
+        assert_eq!(stalled_pause(1, poll), Duration::from_millis(10));
+        assert_eq!(stalled_pause(3, poll), Duration::from_millis(40));
+        assert_eq!(stalled_pause(30, poll), poll, "never longer than the idle poll");
+    }
+
+    /// Defect: a worker whose every claim is given back (here: a lease too short for any call, which
+    /// configuration refuses but a slow pool can produce) claimed again at once, forever — a spin that
+    /// sent nothing. A cycle that only gave back now backs off.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_that_only_gives_back_does_not_spin() {
+        let claims = Arc::new(AtomicU64::new(0));
+        let mut store = MockNotificationStore::new();
+        let counted = Arc::clone(&claims);
+        store.expect_claim().returning(move |_| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            Ok(ClaimBatch { claimed: vec![claimed(3)], ..ClaimBatch::default() })
+        });
+        store.expect_give_back().returning(|_| Ok(FinishResult::Applied));
+        store.expect_finish().times(0);
+        let mut channel = MockChannel::new();
+        channel.expect_rules().returning(rules);
+        channel.expect_outbound_text().returning(|body, _| body.to_owned());
+        channel.expect_send().times(0);
+        let channel: Arc<dyn herald_ports::Channel> = Arc::new(channel);
+        let mut registry = MockChannelRegistry::new();
+        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
+        registry.expect_get().returning(move |_| Some(channel.clone()));
+        let mut cipher = MockDestinationCipher::new();
+        cipher.expect_decrypt().returning(|_, _, _| Ok(SecretString::from("dest")));
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(|| Ok(NOW));
+        let worker = Worker::new(
+            Arc::new(store),
+            Arc::new(registry),
+            Arc::new(cipher),
+            Arc::new(clock),
+            WorkerConfig { id: "w1".into(), lease: Millis(1), batch: 8, idle_poll: Duration::from_millis(1_000) },
+        );
+        let (stop, stopped) = watch::channel(false);
+        let running = tokio::spawn(async move { worker.run(stopped, None).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.send(true).expect("stop");
+        running.await.expect("loop");
+        // Backing off 10, 20, 40, 80, 160 ms allows about six claims in 300 ms; a spin makes thousands.
+        let claims = claims.load(Ordering::Relaxed);
+        assert!((1..=12).contains(&claims), "{claims} claims in 300 ms");
     }
 
     #[tokio::test]

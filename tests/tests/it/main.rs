@@ -8,6 +8,7 @@ mod egress;
 mod example_config;
 mod facts;
 mod references;
+mod reliability;
 mod review;
 mod rotation;
 mod test_send;

@@ -1,0 +1,427 @@
+//! Concurrency and timing defects of the hot path, each pinned by a test that failed before its fix:
+//!
+//! 1. the digest limit under concurrent creates (events read their time before the lock);
+//! 2. a query's "not found" believed too early when the uncertain call left late;
+//! 3. a worker that only gives attempts back must not spin (the configuration side is in
+//!    `app/src/config/tests.rs`, the loop's pause in `app/src/worker.rs`);
+//! 4. a failed finish write must not drop what the channel answered;
+//! 5. scheduling past the deadline, the views' attempt look-up, and a rate-limited backlog kept in order.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use herald_app::worker::{Report, Worker, WorkerConfig};
+use herald_channels::config::DigestSetting;
+use herald_channels::standin::Script;
+use herald_domain::classify::Classified;
+use herald_domain::egress::EgressDecision;
+use herald_domain::resolve::FinalState;
+use herald_domain::{
+    ChannelName, ChannelRules, EventKey, Millis, NotificationId, Outcome, QueryConsistency, TaskId, TaskState,
+    ThreadKey, Timestamp, UserId,
+};
+use herald_ports::store::{
+    ChannelTable, ClaimBatch, ClaimRequest, Created, FinishRecord, FinishResult, GiveBack, InboxItem, NewNotification,
+    NotificationStore, NotificationView, ResolveError, Resolved, StoreError, TaskCount, TaskView,
+};
+use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
+use herald_tests::clock::ManualClock;
+use herald_tests::world::{ClockMode, World, T0};
+
+const HOUR: u64 = 3_600_000;
+
+// ---------------------------------------------------------------------------------------------------
+// 1. The digest limit under concurrent creates.
+
+async fn digest_world() -> World {
+    World::with(ClockMode::Manual, |configs| {
+        let push = configs.iter_mut().find(|c| c.name == "push").expect("push");
+        push.digest = Some(DigestSetting { instant_per_hour: 3, window_secs: None });
+    })
+    .await
+    .expect("world")
+}
+
+fn in_thread(user: &str, event: &str) -> NewNotification {
+    NewNotification {
+        user_id: UserId::from(user),
+        event_key: EventKey::from(event),
+        body: format!("Event {event}"),
+        ttl: Millis(2 * HOUR),
+        max_attempts: None,
+        thread_key: Some(ThreadKey::from("order-1")),
+    }
+}
+
+/// Instant prompts, digest tasks and their counts for one user's thread on push.
+async fn digest_tally(world: &World, user: &str) -> (i64, i64, i64, i64) {
+    let (instant, digests, counted): (i64, i64, Option<i64>) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE digest_count IS NULL), count(*) FILTER (WHERE digest_count IS NOT NULL), \
+         sum(digest_count)::bigint FROM delivery_task WHERE user_id = $1 AND channel = 'push'",
+    )
+    .bind(user)
+    .fetch_one(world.store.pool())
+    .await
+    .expect("tally");
+    let members: i64 = sqlx::query_scalar("SELECT count(*) FROM digest_member WHERE user_id = $1")
+        .bind(user)
+        .fetch_one(world.store.pool())
+        .await
+        .expect("members");
+    (instant, digests, counted.unwrap_or(0), members)
+}
+
+/// Events whose times were read in one order and whose decisions are taken in the reverse one: the
+/// fourth must not be instant. (Before the fix, a prompt recorded with a later time than the deciding
+/// event's was left out of its window, and all four were instant.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_deciding_late_counts_prompts_recorded_with_later_times() {
+    let world = digest_world().await;
+    world.user("u1", &["push"]).await.expect("user");
+    let table = world.table();
+    for (n, secs) in [10u64, 9, 8, 7].into_iter().enumerate() {
+        let created = world
+            .store
+            .create(&in_thread("u1", &format!("e{n}")), &table, T0 + Millis::from_secs(secs))
+            .await
+            .expect("create");
+        assert_eq!(created.tasks.len(), 1, "each of the first four has a task (three instant, one digest)");
+    }
+    let (instant, digests, counted, members) = digest_tally(&world, "u1").await;
+    assert_eq!((instant, digests, counted, members), (3, 1, 1, 0), "three instant prompts, then a digest");
+}
+
+/// Twenty events of one thread created at once, each with its own clock reading (shuffled, as readings
+/// taken before a lock are): at most three instant prompts, every other event counted in exactly one
+/// digest, every inbox item kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_never_pass_the_digest_limit() {
+    const EVENTS: u64 = 20;
+    let world = Arc::new(digest_world().await);
+    world.user("u1", &["push"]).await.expect("user");
+    let table = world.table();
+    // Readings 0..20 s, interleaved so that later readings often decide first.
+    let readings: Vec<u64> = (0..EVENTS).map(|i| (i * 7) % EVENTS).collect();
+    let creates = readings.into_iter().enumerate().map(|(n, secs)| {
+        let (world, table) = (Arc::clone(&world), table.clone());
+        tokio::spawn(async move {
+            world.store.create(&in_thread("u1", &format!("e{n}")), &table, T0 + Millis::from_secs(secs)).await
+        })
+    });
+    for created in futures::future::join_all(creates).await {
+        assert!(created.expect("join").expect("create").created);
+    }
+    let (instant, digests, counted, members) = digest_tally(&world, "u1").await;
+    assert!(instant <= 3, "at most three instant prompts in the window, got {instant}");
+    assert_eq!(digests, 1, "one digest takes every event beyond the limit");
+    assert_eq!(instant + counted, 20, "every event is an instant prompt or counted in the digest");
+    assert_eq!(members + digests, counted, "each counted event is the digest's opener or one member row");
+    let inbox = world.store.inbox(&UserId::from("u1"), 100).await.expect("inbox");
+    assert_eq!(inbox.len(), 20, "every event keeps its inbox item");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 2. "Not found" believed too early.
+
+/// A channel whose calls leave late: the clock moves `by` before the call is made, as when a worker
+/// waited for a pool connection or a slow start between its claim and the call.
+struct SlowToLeave {
+    inner: Arc<dyn Channel>,
+    clock: Arc<ManualClock>,
+    by: Millis,
+}
+
+#[async_trait]
+impl Channel for SlowToLeave {
+    fn name(&self) -> &ChannelName {
+        self.inner.name()
+    }
+
+    fn rules(&self) -> ChannelRules {
+        self.inner.rules()
+    }
+
+    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
+        self.inner.outbound_text(body, digest_count)
+    }
+
+    async fn send(&self, message: &OutboundMessage) -> Classified {
+        self.clock.advance(self.by);
+        self.inner.send(message).await
+    }
+
+    async fn query(&self, reference: &str) -> Classified {
+        self.inner.query(reference).await
+    }
+}
+
+struct OneChannel(Arc<dyn Channel>);
+
+impl ChannelRegistry for OneChannel {
+    fn get(&self, name: &ChannelName) -> Option<Arc<dyn Channel>> {
+        (name == self.0.name()).then(|| Arc::clone(&self.0))
+    }
+
+    fn names(&self) -> Vec<ChannelName> {
+        vec![self.0.name().clone()]
+    }
+}
+
+/// The sms gateway needs 5 s before "not found" is true, and its queries see an acceptance only after a
+/// lag. The send is claimed at 0 s but leaves at 4 s and times out (accepted). A query at 5.5 s finds
+/// nothing: counted from the claim, 5 s have passed and "not found" would be believed and the task sent
+/// again; counted from the finish (4 s), it is not believable before 9 s, so the task waits, and the
+/// query at 9 s finds the first send. One real send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_found_is_believed_only_after_the_consistency_delay_from_the_latest_possible_acceptance() {
+    let mut world = World::with(ClockMode::Manual, |configs| {
+        let sms = configs.iter_mut().find(|c| c.name == "sms").expect("sms");
+        sms.query_consistency = QueryConsistency::After(Millis(5_000));
+        sms.max_attempts = 5;
+    })
+    .await
+    .expect("world");
+    let sms = world.registry.get(&ChannelName::from("sms")).expect("sms");
+    world.set_registry(Arc::new(OneChannel(Arc::new(SlowToLeave {
+        inner: sms,
+        clock: world.manual.clone(),
+        by: Millis(4_000),
+    }))));
+    world.user("u1", &["sms"]).await.expect("user");
+    world.sms.set_query_lag(Duration::from_millis(1_500));
+    world.sms.script(Script::Delay(Duration::from_millis(1_000)));
+    let created = world.submit("u1", "e1", HOUR, None).await.expect("submit");
+    let task = created.tasks[0].task_id;
+    let reference = world.reference(task).await.expect("reference");
+    let worker = world.worker("w1", 60_000);
+
+    let cycle = worker.run_once().await.expect("send");
+    assert_eq!(cycle, vec![Report::Unknown { task, parked: false }], "timed out after the gateway accepted");
+    assert_eq!(world.sms.sends_for(&reference), 1);
+
+    world.manual.set(T0 + Millis(5_500));
+    let cycle = worker.run_once().await.expect("query");
+    assert_eq!(cycle, vec![Report::Unknown { task, parked: false }], "not found, but not yet believable");
+    let view = world.task(created.notification_id, task).await.expect("view");
+    assert_eq!(view.attempts.last().and_then(|a| a.outcome), Some(Outcome::QueryNotFound));
+    assert_eq!(view.next_attempt_at, Some(T0 + Millis(9_000)), "asked again 5 s after the send was given up");
+    assert!(worker.run_once().await.expect("cycle").is_empty(), "nothing is sent again meanwhile");
+    assert_eq!(world.sms.sends_for(&reference), 1, "no second send");
+
+    tokio::time::sleep(Duration::from_millis(1_600)).await; // the gateway's lag passes
+    world.manual.set(T0 + Millis(9_000));
+    let cycle = worker.run_once().await.expect("query again");
+    assert_eq!(cycle, vec![Report::Sent(task)]);
+    assert_eq!(world.sms.sends_for(&reference), 1, "exactly one real send");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 4. A failed finish write.
+
+/// How the store wrapped by [`FlakyFinish`] fails its first finishes.
+#[derive(Clone, Copy)]
+enum FinishFault {
+    /// The write never reaches the database.
+    Lost,
+    /// The write commits, but its answer is lost (the connection broke after the commit).
+    AnswerLost,
+}
+
+/// The real store, except that its first `failures` finishes fail as `fault` says.
+struct FlakyFinish {
+    inner: Arc<herald_postgres::PgStore>,
+    failures: AtomicU32,
+    fault: FinishFault,
+}
+
+fn unavailable() -> StoreError {
+    StoreError::Unavailable(anyhow::anyhow!("connection reset by the test"))
+}
+
+#[async_trait]
+impl NotificationStore for FlakyFinish {
+    async fn create(
+        &self,
+        new: &NewNotification,
+        channels: &ChannelTable,
+        now: Timestamp,
+    ) -> Result<Created, StoreError> {
+        self.inner.create(new, channels, now).await
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        self.inner.claim(request).await
+    }
+
+    async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError> {
+        let fail = self.failures.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        match (fail, self.fault) {
+            (false, _) => self.inner.finish(record).await,
+            (true, FinishFault::Lost) => Err(unavailable()),
+            (true, FinishFault::AnswerLost) => {
+                self.inner.finish(record).await?;
+                Err(unavailable())
+            }
+        }
+    }
+
+    async fn give_back(&self, record: &GiveBack) -> Result<FinishResult, StoreError> {
+        self.inner.give_back(record).await
+    }
+
+    async fn reserve_egress(
+        &self,
+        channel: &ChannelName,
+        rules: &ChannelRules,
+        now: Timestamp,
+    ) -> Result<EgressDecision, StoreError> {
+        self.inner.reserve_egress(channel, rules, now).await
+    }
+
+    async fn resolve_manually(
+        &self,
+        task: TaskId,
+        final_state: FinalState,
+        note: &str,
+        now: Timestamp,
+    ) -> Result<Resolved, ResolveError> {
+        self.inner.resolve_manually(task, final_state, note, now).await
+    }
+
+    async fn notification(&self, id: NotificationId) -> Result<Option<NotificationView>, StoreError> {
+        self.inner.notification(id).await
+    }
+
+    async fn parked(&self, limit: u32) -> Result<Vec<TaskView>, StoreError> {
+        self.inner.parked(limit).await
+    }
+
+    async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError> {
+        self.inner.inbox(user, limit).await
+    }
+
+    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
+        self.inner.task_counts().await
+    }
+}
+
+/// On Miaotixing (no key, no query) a dropped observation would come back as a lease expiry and park a
+/// notification the channel had accepted. The worker writes it again while the lease lasts; a write
+/// whose answer was lost is recognised when repeated, so the attempt keeps one outcome and no late one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_finish_write_is_retried_while_the_lease_lasts() {
+    for fault in [FinishFault::Lost, FinishFault::AnswerLost] {
+        let world = World::new(ClockMode::Manual).await.expect("world");
+        world.user("u1", &["miao"]).await.expect("user");
+        let created = world.submit("u1", "e1", HOUR, None).await.expect("submit");
+        let task = created.tasks[0].task_id;
+        let store = Arc::new(FlakyFinish { inner: world.store.clone(), failures: AtomicU32::new(2), fault });
+        let worker = Worker::new(
+            store,
+            world.registry.clone(),
+            world.cipher.clone(),
+            world.clock.clone(),
+            WorkerConfig { id: "w1".into(), lease: Millis(60_000), batch: 8, idle_poll: Duration::from_millis(20) },
+        );
+        let cycle = worker.run_once().await.expect("the cycle succeeds once the write lands");
+        assert_eq!(cycle, vec![Report::Sent(task)]);
+        let view = world.task(created.notification_id, task).await.expect("view");
+        assert_eq!((view.state, view.needs_review, view.attempt_count), (TaskState::Sent, false, 1));
+        assert_eq!(view.attempts.len(), 1);
+        assert_eq!(view.attempts[0].outcome, Some(Outcome::Accepted));
+        assert_eq!(view.attempts[0].late_outcome, None, "a repeated write is not a late observation");
+        assert_eq!(world.miao.sends(), 1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// 5. Scheduling past the deadline, attempts by index, and a backlog kept in order.
+
+/// A 429 asking for an hour on a notification that expires in 5 s: the retry is due at the expiry, when
+/// the claim fails it as expired — not an hour later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_is_never_scheduled_after_the_expiry() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    world.user("u1", &["push"]).await.expect("user");
+    world.push.script(Script::retry_after(429, 3_600));
+    let created = world.submit("u1", "e1", 5_000, None).await.expect("submit");
+    let task = created.tasks[0].task_id;
+    let worker = world.worker("w1", 60_000);
+    assert_eq!(worker.run_once().await.expect("cycle"), vec![Report::Retry(task)]);
+    let view = world.task(created.notification_id, task).await.expect("view");
+    assert_eq!((view.state, view.next_attempt_at), (TaskState::Pending, Some(T0 + Millis(5_000))));
+
+    world.manual.set(T0 + Millis(5_000));
+    assert_eq!(worker.run_once().await.expect("cycle"), vec![Report::Failed(task)]);
+    let view = world.task(created.notification_id, task).await.expect("view");
+    assert_eq!(view.attempts.last().and_then(|a| a.outcome), Some(Outcome::TtlExpired));
+    assert_eq!(world.push.sends(), 0);
+}
+
+/// The attempts of the notification view and the review list are found through the
+/// `(user_id, task_id, attempt_no)` key, never by scanning `delivery_attempt` (asked with sequential
+/// scans discouraged: a query that cannot use an index still shows one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_are_loaded_by_index() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    let mut conn = world.store.pool().acquire().await.expect("connection");
+    sqlx::query("SET enable_seqscan = off").execute(&mut *conn).await.expect("set");
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", herald_postgres::ATTEMPTS_OF_TASKS))
+        .bind(vec!["u1".to_owned(), "u2".to_owned()])
+        .bind(vec![1_i64, 2])
+        .fetch_all(&mut *conn)
+        .await
+        .expect("explain");
+    sqlx::query("RESET enable_seqscan").execute(&mut *conn).await.expect("reset");
+    let plan = plan.join("\n");
+    assert!(!plan.contains("Seq Scan on delivery_attempt"), "{plan}");
+    let probe = plan.lines().skip_while(|l| !l.contains("delivery_attempt_number")).nth(1).unwrap_or_default();
+    assert!(probe.contains("Index Cond") && probe.contains("user_id"), "probed by (user_id, task_id): {plan}");
+}
+
+/// Five notifications on a 10 s channel, submitted one second apart: they are called in the order they
+/// became due, one per slot, and the waiting ones are not rewritten at every slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_backlog_drains_oldest_first_without_being_rewritten() {
+    let world = World::with(ClockMode::Manual, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = Some(10_000);
+    })
+    .await
+    .expect("world");
+    let users = ["a", "b", "c", "d", "e"];
+    let mut tasks = Vec::new();
+    for (i, user) in users.iter().enumerate() {
+        world.user(user, &["miao"]).await.expect("user");
+        world.manual.set(T0 + Millis::from_secs(u64::try_from(i).expect("small")));
+        tasks.push(world.submit(user, "e1", HOUR, None).await.expect("submit").tasks[0].task_id);
+    }
+    let updated = |task: TaskId| {
+        let pool = world.store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT updated_at::text FROM delivery_task WHERE id = $1")
+                .bind(task.0)
+                .fetch_one(&pool)
+                .await
+                .expect("updated_at")
+        }
+    };
+    let before = updated(tasks[4]).await;
+    let worker = world.worker("w1", 60_000);
+    for slot in 0..5u64 {
+        world.manual.set(T0 + Millis::from_secs(5 + slot * 11));
+        for _ in 0..3 {
+            // Several cycles per slot, as many workers would run: only one call per slot.
+            let _ = worker.run_once().await.expect("cycle");
+        }
+        assert_eq!(world.miao.sends(), slot + 1, "one call per slot");
+        if slot < 4 {
+            assert_eq!(updated(tasks[4]).await, before, "the youngest waits untouched until its turn");
+        }
+    }
+    let order: Vec<String> = world.miao.messages().into_iter().map(|m| m.to).collect();
+    let expected: Vec<String> = users.iter().map(|u| World::destination(u, "miao")).collect();
+    assert!(order == expected, "called oldest first (destinations withheld from this message)");
+}
