@@ -7,9 +7,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use herald_app::api::{self, ApiState, Authenticator};
-use herald_app::cli::PgReadiness;
-use herald_ports::{NotificationStore, PreferenceStore};
+use herald_app::api::{self, Authenticator};
+use herald_app::compose::PgReadiness;
 use metrics_exporter_prometheus::PrometheusHandle;
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
@@ -135,20 +134,12 @@ impl Api {
             &[SecretString::from(ADMIN_TOKEN)],
             SecretString::from(USER_TOKEN_SECRET),
         ));
-        let store: Arc<dyn NotificationStore> = world.store.clone();
-        let prefs: Arc<dyn PreferenceStore> = world.store.clone();
-        let state = ApiState {
-            store,
-            prefs,
-            registry: world.registry.clone(),
-            cipher: world.cipher.clone(),
-            clock: world.clock.clone(),
-            auth: auth.clone(),
-            channels: Arc::new(world.table()),
-            readiness: Arc::new(PgReadiness(world.db.store.clone())),
-            metrics: Some(metrics_handle()),
+        let state = world.services().api_state(
+            auth.clone(),
+            Arc::new(PgReadiness(world.db.store.clone())),
+            Some(metrics_handle()),
             body_limit,
-        };
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();

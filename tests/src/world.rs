@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use herald_app::compose::Services;
 use herald_app::worker::{Worker, WorkerConfig};
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
@@ -119,25 +120,24 @@ impl World {
 
     #[must_use]
     pub fn table(&self) -> ChannelTable {
-        ChannelTable(
-            self.registry
-                .names()
-                .into_iter()
-                .filter_map(|name| self.registry.get(&name).map(|ch| (name, ch.rules())))
-                .collect(),
-        )
+        herald_app::compose::channel_table(self.registry.as_ref())
+    }
+
+    /// Herald's services over this world, wired by the composition root as `herald serve` wires them.
+    #[must_use]
+    pub fn services(&self) -> Services {
+        Services::over(self.store.clone(), self.registry.clone(), self.cipher.clone(), self.clock.clone())
     }
 
     /// Herald's worker over this world, with a lease of `lease_ms`.
     #[must_use]
     pub fn worker(&self, id: &str, lease_ms: u64) -> Worker {
-        Worker::new(
-            self.store.clone(),
-            self.registry.clone(),
-            self.cipher.clone(),
-            self.clock.clone(),
-            WorkerConfig { id: id.to_owned(), lease: Millis(lease_ms), batch: 8, idle_poll: Duration::from_millis(20) },
-        )
+        self.services().worker(WorkerConfig {
+            id: id.to_owned(),
+            lease: Millis(lease_ms),
+            batch: 8,
+            idle_poll: Duration::from_millis(20),
+        })
     }
 
     /// The destination stored for a user on a channel (plaintext only in this test helper).

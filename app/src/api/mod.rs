@@ -1,7 +1,9 @@
 //! The HTTP API of SPEC §11, over the ports: axum handlers that validate, authenticate, call a store
 //! and answer JSON, or an RFC 9457 problem document for every error.
 //!
-//! Nothing here knows PostgreSQL or a channel's wire format; `main` wires the adapters in.
+//! Nothing here knows PostgreSQL or a channel's wire format: the state is built by the composition
+//! root (`crate::compose::Services::api_state`), and the use cases a person starts are those of
+//! `crate::usecases`, shared with the command line and the console.
 
 pub mod auth;
 pub mod extract;
@@ -53,7 +55,7 @@ impl Readiness for ClockReadiness {
 pub struct ApiState {
     pub store: Arc<dyn NotificationStore>,
     pub prefs: Arc<dyn PreferenceStore>,
-    /// For the settings page's test send (not built yet); it goes through the same adapters as workers.
+    /// For the test send; it goes through the same adapters as workers.
     pub registry: Arc<dyn ChannelRegistry>,
     pub cipher: Arc<dyn DestinationCipher>,
     pub clock: Arc<dyn Clock>,
@@ -65,6 +67,21 @@ pub struct ApiState {
     pub metrics: Option<PrometheusHandle>,
     /// The largest request body accepted, in bytes.
     pub body_limit: usize,
+}
+
+impl ApiState {
+    /// The services the handlers' use cases run on (`crate::usecases`).
+    #[must_use]
+    pub fn services(&self) -> crate::compose::Services {
+        crate::compose::Services {
+            store: Arc::clone(&self.store),
+            prefs: Arc::clone(&self.prefs),
+            registry: Arc::clone(&self.registry),
+            cipher: Arc::clone(&self.cipher),
+            clock: Arc::clone(&self.clock),
+            channels: Arc::clone(&self.channels),
+        }
+    }
 }
 
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;

@@ -295,7 +295,7 @@ pub async fn list_review(
     ApiQuery(query): ApiQuery<LimitQuery>,
 ) -> ApiResult<Json<ReviewBody>> {
     let limit = query.limit(100)?;
-    let tasks = state.store.parked(limit).await?;
+    let tasks = crate::usecases::review_list(&state.services(), limit).await?;
     let tasks = tasks
         .iter()
         .map(|t| ReviewTaskBody {
@@ -329,9 +329,7 @@ pub async fn resolve_task(
     ApiJson(request): ApiJson<ResolveRequest>,
 ) -> ApiResult<Json<ResolvedBody>> {
     let (final_state, note) = request.validate()?;
-    let now = state.clock.now().await?;
-    let resolved = state.store.resolve_manually(TaskId(task_id), final_state, &note, now).await?;
-    tracing::info!(task_id, state = %resolved.state, "task resolved by a human");
+    let resolved = crate::usecases::resolve(&state.services(), TaskId(task_id), final_state, &note).await?;
     Ok(Json(ResolvedBody { task_id: resolved.task_id.0, state: resolved.state.to_string() }))
 }
 

@@ -8,16 +8,12 @@
 //! (verification is the user's confirmation, `…/confirm`); a refusal neither verifies nor deletes the
 //! destination; an unanswered call says that we could not tell.
 
-use std::time::Instant;
-
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use herald_domain::{slot_kept, ChannelName, EgressDecision, IdempotencyKey, Millis, Observation, UserId};
-use herald_ports::{Channel, OutboundMessage};
+use herald_domain::{ChannelName, Millis, UserId};
 use serde::Serialize;
-use std::sync::Arc;
 use utoipa::ToSchema;
 
 use super::auth::UserAccess;
@@ -25,9 +21,9 @@ use super::extract::ApiPath;
 use super::model::{Errors, PreferenceBody, MAX_USER_ID_CHARS};
 use super::problem::Problem;
 use super::ApiState;
+use crate::usecases::{self, TestOutcome, TestSendError};
 
-/// What a test prompt says. Channels configured with a privacy-safe `text` send that text instead.
-pub const TEST_TEXT: &str = "Herald test message: if you can read this, notifications on this channel reach you.";
+pub use crate::usecases::TEST_TEXT;
 
 /// The answer to an accepted test send.
 pub const ACCEPTED_WORDS: &str = "accepted by the channel — please confirm you received it";
@@ -53,17 +49,30 @@ pub struct TestSendBody {
     pub verified: bool,
 }
 
-/// Validates the path, naming the field; answers the user and the configured channel.
-fn path(state: &ApiState, user_id: &str, channel: &str) -> Result<(UserId, ChannelName, Arc<dyn Channel>), Problem> {
+/// Validates the path, naming the field.
+fn path(state: &ApiState, user_id: &str, channel: &str) -> Result<(UserId, ChannelName), Problem> {
     let mut errors = Errors::default();
     errors.text("user_id", Some(user_id), MAX_USER_ID_CHARS);
     let name = ChannelName::new(channel);
-    let adapter = state.registry.get(&name).filter(|_| state.channels.get(&name).is_some());
-    if adapter.is_none() {
+    if !usecases::is_configured(&state.services(), &name) {
         errors.add("channel", "is not a configured channel");
     }
-    let adapter = errors.finish(|| adapter)?;
-    Ok((UserId::new(user_id), name, adapter))
+    errors.finish(|| Some(()))?;
+    Ok((UserId::new(user_id), name))
+}
+
+impl From<TestSendError> for Problem {
+    fn from(error: TestSendError) -> Self {
+        match error {
+            TestSendError::UnknownChannel => {
+                Problem::validation(vec![super::FieldError::new("channel", "is not a configured channel")])
+            }
+            TestSendError::NoDestination => no_destination(),
+            TestSendError::NothingToConfirm => nothing_to_confirm(),
+            TestSendError::TooSoon(_) | TestSendError::Undecryptable => Problem::internal(),
+            TestSendError::Store(store) => Problem::from_store(&store),
+        }
+    }
 }
 
 fn no_destination() -> Problem {
@@ -120,63 +129,25 @@ pub async fn test_send(
     _: UserAccess,
     ApiPath((user_id, channel)): ApiPath<(String, String)>,
 ) -> Result<Response, Problem> {
-    let (user, name, adapter) = path(&state, &user_id, &channel)?;
-    let Some(stored) = state.prefs.destination(&user, &name).await? else {
-        return Err(no_destination());
+    let (user, name) = path(&state, &user_id, &channel)?;
+    let sent = match usecases::test_send(&state.services(), &user, &name).await {
+        Ok(sent) => sent,
+        Err(TestSendError::TooSoon(wait)) => return Ok(too_soon(wait)),
+        Err(error) => return Err(error.into()),
     };
-    let rules = adapter.rules();
-    // As in the worker: measured from before the clock is read, so the slot's age is never understated.
-    let clock_read = Instant::now();
-    let now = state.clock.now().await?;
-    if let EgressDecision::DeferUntil(until) = state.store.reserve_egress(&name, &rules, now).await? {
-        return Ok(too_soon(until.since(now)));
-    }
-    let destination = state.cipher.decrypt(&user, &name, &stored).map_err(|error| {
-        tracing::error!(%error, "test send: destination could not be decrypted");
-        Problem::internal()
-    })?;
-    let reference = format!("test-{user}-{name}-{}", now.as_millis());
-    let message = OutboundMessage {
-        idempotency_key: IdempotencyKey::for_test_send(&reference),
-        reference: reference.clone(),
-        destination,
-        text: adapter.outbound_text(TEST_TEXT, None),
-        ttl_seconds: 300,
+    let (outcome, words) = match &sent.outcome {
+        TestOutcome::Accepted => ("accepted", ACCEPTED_WORDS.to_owned()),
+        TestOutcome::NotSent => ("not_sent", NOT_SENT_WORDS.to_owned()),
+        TestOutcome::Refused { why } => ("refused", format!("the channel refused: {why}")),
+        TestOutcome::Unknown => ("unknown", UNKNOWN_WORDS.to_owned()),
     };
-    if !slot_kept(rules.min_interval, rules.egress_guard, clock_read.elapsed()) {
-        // Too late for the slot just reserved; not called, like a worker that misses it.
-        return Ok(too_soon(rules.min_interval + rules.egress_guard));
-    }
-    let classified = adapter.send(&message).await;
-    let (outcome, words) = match classified.observation {
-        Observation::Accepted { .. } | Observation::AcceptedReplay { .. } | Observation::QueryFound { .. } => {
-            ("accepted", ACCEPTED_WORDS.to_owned())
-        }
-        // A connection that never opened is not the channel's refusal: nothing reached it.
-        Observation::RetryableReject { .. } if classified.detail.starts_with("not sent") => {
-            ("not_sent", NOT_SENT_WORDS.to_owned())
-        }
-        Observation::Rejected | Observation::RetryableReject { .. } => {
-            let why = classified.detail.strip_prefix("refused: ").unwrap_or(&classified.detail);
-            ("refused", format!("the channel refused: {why}"))
-        }
-        Observation::Timeout | Observation::IoError | Observation::QueryFailed | Observation::QueryNotFound => {
-            ("unknown", UNKNOWN_WORDS.to_owned())
-        }
-    };
-    if outcome == "accepted" {
-        // What the user will confirm is this destination; a later change makes the confirmation moot.
-        state.prefs.record_test_accepted(&user, &name, &stored).await?;
-    }
-    tracing::info!(channel = %name, outcome, "test send");
-    let verified = state.prefs.get(&user, &name).await?.is_some_and(|p| p.verified);
     let body = TestSendBody {
         channel: name.to_string(),
-        reference,
+        reference: sent.reference,
         outcome: outcome.to_owned(),
         message: words,
         confirmation: if outcome == "accepted" { "pending" } else { "not requested" }.to_owned(),
-        verified,
+        verified: sent.verified,
     };
     Ok(Json(body).into_response())
 }
@@ -200,11 +171,7 @@ pub async fn confirm(
     _: UserAccess,
     ApiPath((user_id, channel)): ApiPath<(String, String)>,
 ) -> Result<Json<PreferenceBody>, Problem> {
-    let (user, name, _) = path(&state, &user_id, &channel)?;
-    if !state.prefs.mark_verified(&user, &name).await? {
-        let stored = state.prefs.get(&user, &name).await?;
-        return Err(if stored.is_some_and(|p| p.has_destination) { nothing_to_confirm() } else { no_destination() });
-    }
-    let pref = state.prefs.get(&user, &name).await?.ok_or_else(no_destination)?;
+    let (user, name) = path(&state, &user_id, &channel)?;
+    let pref = usecases::confirm(&state.services(), &user, &name).await?;
     Ok(Json(PreferenceBody::from(&pref)))
 }

@@ -20,7 +20,8 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herald_app::worker::{Worker, WorkerConfig};
+use herald_app::compose::Services;
+use herald_app::worker::WorkerConfig;
 use herald_channels::registry::HttpChannelRegistry;
 use herald_domain::Millis;
 use herald_postgres::PgStore;
@@ -88,18 +89,13 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let registry = Arc::new(HttpChannelRegistry::from_configs(&configs)?);
-    let mut worker = Worker::new(
-        store.clone(),
-        registry,
-        Arc::new(test_keyring()),
-        Arc::new(store.clock()),
-        WorkerConfig {
-            id: id.clone(),
-            lease: Millis(lease_ms.parse()?),
-            batch: options.batch,
-            idle_poll: Duration::from_millis(20),
-        },
-    );
+    let services = Services::over(store.clone(), registry, Arc::new(test_keyring()), Arc::new(store.clock()));
+    let mut worker = services.worker(WorkerConfig {
+        id: id.clone(),
+        lease: Millis(lease_ms.parse()?),
+        batch: options.batch,
+        idle_poll: Duration::from_millis(20),
+    });
     if options.allow_lease_overlap {
         worker = worker.allowing_lease_overlap();
     }

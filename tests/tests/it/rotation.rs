@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use herald_app::cli::{rotate_keys, RotationReport};
+use herald_app::usecases::{rotate_keys, RotationReport};
 use herald_app::worker::Report;
 use herald_channels::cipher::{CipherError, Keyring};
 use herald_domain::{ChannelName, UserId};

@@ -1,0 +1,181 @@
+//! The composition root: the one place where Herald's ports are wired to their adapters.
+//!
+//! [`Services`] holds every port the application drives — the notification store, the preference store,
+//! the channel registry, the destination cipher, the clock — and the configured channel table. It is
+//! built once, from configuration by [`Services::from_config`] (`herald serve`, `herald worker`, the CLI's
+//! use cases), or from parts a caller already has by [`Services::over`] (the demo, the tests: a database
+//! they created, stand-in channels, a manual clock). Everything that runs on the ports is made from it —
+//! workers ([`Services::worker`]), the HTTP API's state ([`Services::api_state`]), the use cases
+//! (`crate::usecases`) — so no wiring is written twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use herald_domain::{ChannelName, Millis};
+use herald_ports::{
+    ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore,
+};
+use herald_postgres::PgStore;
+use metrics_exporter_prometheus::PrometheusHandle;
+use secrecy::ExposeSecret as _;
+
+use crate::api::{ApiState, Authenticator, Readiness};
+use crate::config::{Config, ConfigError, WorkerSettings};
+use crate::worker::{Worker, WorkerConfig};
+
+/// The ports of one Herald process, each wired to its adapter. Cheap to clone: every part is shared.
+#[derive(Clone)]
+pub struct Services {
+    pub store: Arc<dyn NotificationStore>,
+    pub prefs: Arc<dyn PreferenceStore>,
+    pub registry: Arc<dyn ChannelRegistry>,
+    pub cipher: Arc<dyn DestinationCipher>,
+    pub clock: Arc<dyn Clock>,
+    /// The configured channels with their rules, in configuration order.
+    pub channels: Arc<ChannelTable>,
+}
+
+impl Services {
+    /// Services over a store that is both the notification and the preference store (PostgreSQL), a
+    /// registry, a cipher and a clock. The channel table is the registry's, in its order.
+    pub fn over<S>(
+        store: Arc<S>,
+        registry: Arc<dyn ChannelRegistry>,
+        cipher: Arc<dyn DestinationCipher>,
+        clock: Arc<dyn Clock>,
+    ) -> Services
+    where
+        S: NotificationStore + PreferenceStore + 'static,
+    {
+        let channels = channel_table(registry.as_ref());
+        Services {
+            store: store.clone(),
+            prefs: store,
+            registry,
+            cipher,
+            clock,
+            channels: Arc::new(channels),
+        }
+    }
+
+    /// Replaces the notification store, keeping everything else (tests that wrap the store to inject
+    /// faults).
+    #[must_use]
+    pub fn with_store(mut self, store: Arc<dyn NotificationStore>) -> Services {
+        self.store = store;
+        self
+    }
+
+    /// The services `command` needs, from configuration: the database (with a pool of its own for
+    /// finishes when `workers` run in this process), the channels, the keys, the database clock. Returns
+    /// the PostgreSQL store too, for what only it can do (migrations, wake-ups, readiness).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] for missing or invalid configuration; a connection failure.
+    pub async fn from_config(config: &Config, command: &str, workers: bool) -> anyhow::Result<(PgStore, Services)> {
+        let keyring = config.require_keys(command)?.keyring()?;
+        let registry = herald_channels::registry::HttpChannelRegistry::from_configs(&config.channels)
+            .map_err(|error| ConfigError::new(error.key, error.reason))?;
+        let mut store = connect(config, command).await?;
+        if workers {
+            // Finishes get a pool of their own, one connection per worker loop: the write that records
+            // what a channel answered never queues behind claims or API requests (SPEC §5).
+            let url = config.require_database_url(command)?;
+            store = store
+                .with_finish_pool(url.expose_secret(), config.worker.concurrency.max(2))
+                .await
+                .context("cannot connect to the database (database.url)")?;
+        }
+        let clock: Arc<dyn Clock> = Arc::new(store.clock());
+        let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock);
+        Ok((store, services))
+    }
+
+    /// A worker over these services.
+    #[must_use]
+    pub fn worker(&self, config: WorkerConfig) -> Worker {
+        Worker::new(
+            Arc::clone(&self.store),
+            Arc::clone(&self.registry),
+            Arc::clone(&self.cipher),
+            Arc::clone(&self.clock),
+            config,
+        )
+    }
+
+    /// The `i`-th worker of a process configured by `settings`, named `{prefix}-{pid}-{i}`.
+    #[must_use]
+    pub fn configured_worker(&self, settings: &WorkerSettings, prefix: &str, i: u32) -> Worker {
+        self.worker(WorkerConfig {
+            id: format!("{prefix}-{}-{i}", std::process::id()),
+            lease: Millis(settings.lease_ms),
+            batch: settings.batch,
+            idle_poll: Duration::from_millis(settings.poll_ms),
+        })
+    }
+
+    /// The HTTP API's state over these services.
+    #[must_use]
+    pub fn api_state(
+        &self,
+        auth: Arc<Authenticator>,
+        readiness: Arc<dyn Readiness>,
+        metrics: Option<PrometheusHandle>,
+        body_limit: usize,
+    ) -> ApiState {
+        ApiState {
+            store: Arc::clone(&self.store),
+            prefs: Arc::clone(&self.prefs),
+            registry: Arc::clone(&self.registry),
+            cipher: Arc::clone(&self.cipher),
+            clock: Arc::clone(&self.clock),
+            auth,
+            channels: Arc::clone(&self.channels),
+            readiness,
+            metrics,
+            body_limit,
+        }
+    }
+}
+
+/// The channels of a registry with their rules, in the registry's order.
+#[must_use]
+pub fn channel_table(registry: &dyn ChannelRegistry) -> ChannelTable {
+    ChannelTable(
+        registry
+            .names()
+            .into_iter()
+            .filter_map(|name: ChannelName| registry.get(&name).map(|channel| (name, channel.rules())))
+            .collect(),
+    )
+}
+
+/// The PostgreSQL store of `database.url`, for `command`.
+///
+/// # Errors
+/// No `database.url`, or no connection.
+pub async fn connect(config: &Config, command: &str) -> anyhow::Result<PgStore> {
+    let url = config.require_database_url(command)?;
+    // The store's error never carries the URL; neither does this message.
+    PgStore::connect(url.expose_secret(), config.database.max_connections)
+        .await
+        .context("cannot connect to the database (database.url)")
+}
+
+/// `/readyz` of `herald serve`: the database answers and every migration is applied. Public so the
+/// black-box API tests judge readiness exactly as the service does.
+pub struct PgReadiness(pub PgStore);
+
+#[async_trait::async_trait]
+impl Readiness for PgReadiness {
+    async fn check(&self) -> Result<(), String> {
+        if !self.0.ping().await {
+            return Err("the database does not answer".into());
+        }
+        if !self.0.is_migrated().await {
+            return Err("the database is not migrated (run `herald migrate`)".into());
+        }
+        Ok(())
+    }
+}

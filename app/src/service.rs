@@ -1,0 +1,152 @@
+//! Running Herald as a service: `herald serve` (the HTTP API and the workers in one process) and
+//! `herald worker` (workers only), from start-up to a graceful stop.
+//!
+//! The services come from the composition root (`crate::compose`); this module owns the process's
+//! lifecycle: binding the API before any worker starts, the worker loops and their wake-ups, the
+//! gauges, and shutdown — the first SIGINT/SIGTERM stops claiming at once and lets calls in flight
+//! finish and be recorded, a second one exits at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::api::{self, Authenticator};
+use crate::compose::{PgReadiness, Services};
+use crate::config::Config;
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+/// How often `serve` refreshes the task gauges of `/metrics` from the database.
+const GAUGE_REFRESH: Duration = Duration::from_secs(5);
+
+/// `serve` (API and workers) or `worker` (workers only), until SIGINT or SIGTERM.
+///
+/// # Errors
+/// Configuration, connection, listener or HTTP server failures.
+pub async fn serve(config: Config, with_api: bool) -> anyhow::Result<()> {
+    let command = if with_api { "serve" } else { "worker" };
+    crate::cli::init_logging(&config);
+    let authenticator = if with_api {
+        let auth = config.require_auth(command)?;
+        Some(Authenticator::new(&auth.service_tokens, &auth.admin_tokens, auth.user_token_secret.clone()))
+    } else {
+        None
+    };
+    let (store, services) = Services::from_config(&config, command, true).await?;
+    let metrics = crate::metrics::install()?;
+    if !store.is_migrated().await {
+        tracing::warn!("the database is not migrated; run `herald migrate` (readiness reports not ready)");
+    }
+
+    // Bound before any worker starts, so a taken port fails the start-up cleanly.
+    let api_listener = if with_api {
+        Some(
+            tokio::net::TcpListener::bind(config.server.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?,
+        )
+    } else {
+        None
+    };
+
+    // One shutdown switch for everything: the first SIGINT/SIGTERM stops claiming at once (workers
+    // finish the cycle in flight, the API drains); a second one exits without waiting.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let signals = tokio::spawn({
+        let stop_tx = Arc::clone(&stop_tx);
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutdown requested: no new claims; calls in flight finish and are recorded");
+            stop_tx.send_replace(true);
+            shutdown_signal().await;
+            tracing::warn!(
+                "second shutdown signal: exiting now; unfinished tasks are taken over when their leases expire"
+            );
+            std::process::exit(130);
+        }
+    });
+    let (wake, listener_task) = crate::wakeups::start(store.clone(), stop_rx.clone()).await;
+    // Only a process that serves `/metrics` needs the gauges; `herald worker` has no scrape endpoint.
+    let gauges = with_api.then(|| {
+        tokio::spawn(crate::metrics::refresh_every(
+            Arc::clone(&services.store),
+            metrics.clone(),
+            GAUGE_REFRESH,
+            stop_rx.clone(),
+        ))
+    });
+
+    let mut workers = tokio::task::JoinSet::new();
+    for i in 0..config.worker.concurrency {
+        let worker = services.configured_worker(&config.worker, "herald", i);
+        let (stop, wake) = (stop_rx.clone(), wake.clone());
+        workers.spawn(async move { worker.run(stop, Some(wake)).await });
+    }
+    drop(wake);
+    tracing::info!(workers = config.worker.concurrency, channels = config.channels.len(), "workers started");
+
+    let stopping = {
+        let mut stop = stop_rx.clone();
+        async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        }
+    };
+    let result = if let Some(auth) = authenticator {
+        let state = services.api_state(
+            Arc::new(auth),
+            Arc::new(PgReadiness(store)),
+            Some(metrics),
+            config.server.body_limit_bytes,
+        );
+        let listener = api_listener.context("the API listener is bound when the API runs")?;
+        tracing::info!(listen = %config.server.listen, "API listening");
+        api::serve(listener, api::router(state), stopping, Duration::from_secs(10))
+            .await
+            .context("the HTTP server failed")
+    } else {
+        stopping.await;
+        Ok(())
+    };
+    // Also when the HTTP server failed: the workers must not outlive it unnoticed.
+    stop_tx.send_replace(true);
+    // A cycle in flight ends within the channel timeout plus its finish, which the configuration keeps
+    // below the lease; waiting longer would only delay what lease expiry recovers anyway.
+    let lease = Duration::from_millis(config.worker.lease_ms);
+    let drained = tokio::time::timeout(lease, async { while workers.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!(
+            still_running = workers.len(),
+            "workers did not finish within the lease; their tasks are taken over when the leases expire"
+        );
+        workers.abort_all();
+    }
+    if let Some(gauges) = gauges {
+        let _ = gauges.await;
+    }
+    let _ = listener_task.await;
+    signals.abort();
+    tracing::info!("stopped");
+    result
+}
+

@@ -1,0 +1,260 @@
+//! The use cases a person starts — list and resolve parked tasks, send a test prompt and confirm it,
+//! rotate destination keys — written once over [`Services`] and called by every front end: the HTTP API,
+//! the command line and the console. Front ends only translate: arguments and forms in, words, problem
+//! documents or pages out.
+
+use std::time::Instant;
+
+use herald_domain::resolve::FinalState;
+use herald_domain::{slot_kept, ChannelName, EgressDecision, IdempotencyKey, Millis, Observation, TaskId, UserId};
+use herald_ports::{
+    Channel, ChannelPref, DestinationCipher, OutboundMessage, PreferenceStore, ResolveError,
+    Resolved, StoreError, TaskView,
+};
+use std::sync::Arc;
+
+use crate::compose::Services;
+
+/// The parked tasks, oldest first, at most `limit`.
+///
+/// # Errors
+/// Store failures.
+pub async fn review_list(services: &Services, limit: u32) -> Result<Vec<TaskView>, StoreError> {
+    services.store.parked(limit).await
+}
+
+/// Settles one parked task as a person decided, once: a task that is not parked (already resolved, or
+/// still automatic) is refused and nothing changes.
+///
+/// # Errors
+/// Not found, not parked, or a store failure.
+pub async fn resolve(
+    services: &Services,
+    task: TaskId,
+    final_state: FinalState,
+    note: &str,
+) -> Result<Resolved, ResolveError> {
+    let now = services.clock.now().await?;
+    let resolved = services.store.resolve_manually(task, final_state, note, now).await?;
+    tracing::info!(task_id = %task, state = %resolved.state, "task resolved by a human");
+    Ok(resolved)
+}
+
+/// What a test prompt proved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TestOutcome {
+    /// The channel accepted it; only the user can say whether it arrived (confirm).
+    Accepted,
+    /// The channel refused it; `why` is a short, secret-free reason.
+    Refused { why: String },
+    /// The connection never opened: nothing reached the channel.
+    NotSent,
+    /// No usable answer: we cannot tell whether it arrived.
+    Unknown,
+}
+
+/// One test send's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestSend {
+    /// The reference the channel saw.
+    pub reference: String,
+    pub outcome: TestOutcome,
+    /// Whether the stored destination is verified (a test send never changes it).
+    pub verified: bool,
+}
+
+/// Why a test send or a confirmation did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum TestSendError {
+    #[error("the channel is not configured")]
+    UnknownChannel,
+    #[error("no destination is stored for this channel")]
+    NoDestination,
+    /// The channel's egress interval does not allow a call for this long.
+    #[error("too soon for this channel")]
+    TooSoon(Millis),
+    #[error("no accepted test send to the stored destination")]
+    NothingToConfirm,
+    #[error("the stored destination cannot be decrypted")]
+    Undecryptable,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a test prompt says. Channels configured with a privacy-safe `text` send that text instead.
+pub const TEST_TEXT: &str = "Herald test message: if you can read this, notifications on this channel reach you.";
+
+fn adapter(services: &Services, channel: &ChannelName) -> Result<Arc<dyn Channel>, TestSendError> {
+    services.registry.get(channel).filter(|_| services.channels.get(channel).is_some()).ok_or(TestSendError::UnknownChannel)
+}
+
+/// Whether `channel` is a configured channel (for front ends that validate before acting).
+#[must_use]
+pub fn is_configured(services: &Services, channel: &ChannelName) -> bool {
+    adapter(services, channel).is_ok()
+}
+
+/// Sends a test prompt to the user's stored destination (SPEC §9), through the same registry, adapter,
+/// classification and egress interval as a delivery — so a user pressing "test" cannot make Herald call
+/// a channel faster than its interval. It proves no more than it proves: an acceptance asks the user to
+/// confirm; a refusal neither verifies nor deletes the destination.
+///
+/// # Errors
+/// Unknown channel, no destination, too soon, undecryptable, or a store failure.
+pub async fn test_send(services: &Services, user: &UserId, channel: &ChannelName) -> Result<TestSend, TestSendError> {
+    let adapter = adapter(services, channel)?;
+    let Some(stored) = services.prefs.destination(user, channel).await? else {
+        return Err(TestSendError::NoDestination);
+    };
+    let rules = adapter.rules();
+    // As in the worker: measured from before the clock is read, so the slot's age is never understated.
+    let clock_read = Instant::now();
+    let now = services.clock.now().await?;
+    if let EgressDecision::DeferUntil(until) = services.store.reserve_egress(channel, &rules, now).await? {
+        return Err(TestSendError::TooSoon(until.since(now)));
+    }
+    let destination = services.cipher.decrypt(user, channel, &stored).map_err(|error| {
+        tracing::error!(%error, "test send: destination could not be decrypted");
+        TestSendError::Undecryptable
+    })?;
+    let reference = format!("test-{user}-{channel}-{}", now.as_millis());
+    let message = OutboundMessage {
+        idempotency_key: IdempotencyKey::for_test_send(&reference),
+        reference: reference.clone(),
+        destination,
+        text: adapter.outbound_text(TEST_TEXT, None),
+        ttl_seconds: 300,
+    };
+    if !slot_kept(rules.min_interval, rules.egress_guard, clock_read.elapsed()) {
+        // Too late for the slot just reserved; not called, like a worker that misses it.
+        return Err(TestSendError::TooSoon(rules.min_interval + rules.egress_guard));
+    }
+    let classified = adapter.send(&message).await;
+    let outcome = match classified.observation {
+        Observation::Accepted { .. } | Observation::AcceptedReplay { .. } | Observation::QueryFound { .. } => {
+            TestOutcome::Accepted
+        }
+        // A connection that never opened is not the channel's refusal: nothing reached it.
+        Observation::RetryableReject { .. } if classified.detail.starts_with("not sent") => TestOutcome::NotSent,
+        Observation::Rejected | Observation::RetryableReject { .. } => {
+            let why = classified.detail.strip_prefix("refused: ").unwrap_or(&classified.detail);
+            TestOutcome::Refused { why: why.to_owned() }
+        }
+        Observation::Timeout | Observation::IoError | Observation::QueryFailed | Observation::QueryNotFound => {
+            TestOutcome::Unknown
+        }
+    };
+    if outcome == TestOutcome::Accepted {
+        // What the user will confirm is this destination; a later change makes the confirmation moot.
+        services.prefs.record_test_accepted(user, channel, &stored).await?;
+    }
+    tracing::info!(%channel, outcome = ?std::mem::discriminant(&outcome), "test send");
+    let verified = services.prefs.get(user, channel).await?.is_some_and(|p| p.verified);
+    Ok(TestSend { reference, outcome, verified })
+}
+
+/// The user confirms that a test prompt arrived: the stored destination becomes verified — only when a
+/// test send to that very destination was accepted.
+///
+/// # Errors
+/// Unknown channel, no destination, nothing to confirm, or a store failure.
+pub async fn confirm(services: &Services, user: &UserId, channel: &ChannelName) -> Result<ChannelPref, TestSendError> {
+    adapter(services, channel)?;
+    if !services.prefs.mark_verified(user, channel).await? {
+        let stored = services.prefs.get(user, channel).await?;
+        return Err(if stored.is_some_and(|p| p.has_destination) {
+            TestSendError::NothingToConfirm
+        } else {
+            TestSendError::NoDestination
+        });
+    }
+    services.prefs.get(user, channel).await?.ok_or(TestSendError::NoDestination)
+}
+
+/// What a key rotation did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RotationReport {
+    pub examined: u64,
+    pub rotated: u64,
+    /// Changed by someone else between read and write; the new value is theirs, under the current key.
+    pub skipped: u64,
+}
+
+impl std::fmt::Display for RotationReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} destinations examined, {} re-encrypted under the current key, {} changed concurrently (left as they are)",
+            self.examined, self.rotated, self.skipped
+        )
+    }
+}
+
+/// Re-encrypts every destination not under the current key, row by row, never overwriting a
+/// concurrent change (the replacement is conditional on the old ciphertext).
+///
+/// # Errors
+/// A store failure, or a destination under a key that is not loaded (named by id, never the value).
+pub async fn rotate_keys(
+    prefs: &dyn PreferenceStore,
+    cipher: &dyn DestinationCipher,
+    batch: u32,
+) -> anyhow::Result<RotationReport> {
+    use anyhow::Context as _;
+    let mut report = RotationReport::default();
+    let mut after: Option<(UserId, ChannelName)> = None;
+    loop {
+        let rows = prefs.destinations_after(after.clone(), batch.max(1)).await.context("cannot read destinations")?;
+        let Some(last) = rows.last() else { break };
+        after = Some((last.user_id.clone(), last.channel.clone()));
+        for row in &rows {
+            report.examined += 1;
+            if !cipher.needs_rotation(&row.ciphertext) {
+                continue;
+            }
+            let plain = cipher.decrypt(&row.user_id, &row.channel, &row.ciphertext).with_context(|| {
+                format!("cannot decrypt the destination of user {} on channel {}", row.user_id, row.channel)
+            })?;
+            let new = cipher.encrypt(&row.user_id, &row.channel, &plain).context("cannot encrypt a destination")?;
+            if prefs.replace_destination(&row.user_id, &row.channel, &row.ciphertext, &new).await? {
+                report.rotated += 1;
+            } else {
+                report.skipped += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use herald_ports::cipher::MockDestinationCipher;
+    use herald_ports::prefs::MockPreferenceStore;
+    use herald_ports::StoredDestination;
+    use secrecy::SecretString;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn rotation_re_encrypts_only_old_rows_and_never_overwrites_a_concurrent_change() {
+        let rows = vec![
+            StoredDestination { user_id: "a".into(), channel: "push".into(), ciphertext: b"old-1".to_vec() },
+            StoredDestination { user_id: "b".into(), channel: "push".into(), ciphertext: b"new-1".to_vec() },
+            StoredDestination { user_id: "c".into(), channel: "push".into(), ciphertext: b"old-2".to_vec() },
+        ];
+        let mut prefs = MockPreferenceStore::new();
+        prefs
+            .expect_destinations_after()
+            .returning(move |after, _| Ok(if after.is_none() { rows.clone() } else { Vec::new() }));
+        prefs
+            .expect_replace_destination()
+            .times(2)
+            .returning(|user, _, old, new| Ok(user.as_str() == "a" && old == b"old-1" && new == b"fresh"));
+        let mut cipher = MockDestinationCipher::new();
+        cipher.expect_needs_rotation().returning(|bytes| bytes.starts_with(b"old"));
+        cipher.expect_decrypt().times(2).returning(|_, _, _| Ok(SecretString::from("dest")));
+        cipher.expect_encrypt().times(2).returning(|_, _, _| Ok(b"fresh".to_vec()));
+        let report = rotate_keys(&prefs, &cipher, 10).await.expect("rotates");
+        assert_eq!(report, RotationReport { examined: 3, rotated: 1, skipped: 1 });
+    }
+}
