@@ -20,4 +20,6 @@ if [[ $configured == no ]]; then
     scripts/ensure-postgres.sh --install || true
 fi
 
-exec cargo run --release -p herald-app --bin herald -- demo "$@"
+# `herald demo` runs the herald-demo program beside it: build both.
+cargo build --release -p herald-app -p herald-demo
+exec target/release/herald demo "$@"

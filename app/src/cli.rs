@@ -55,26 +55,15 @@ pub enum Command {
     Token(TokenCommand),
 }
 
-/// `herald demo`: see [`crate::demo`].
+/// `herald demo`: runs the `herald-demo` program installed beside `herald` with these arguments
+/// (`herald demo --help` shows its options). The demo lives in a crate of its own, so that the service's
+/// library carries no demonstration code.
 #[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
 pub struct DemoArgs {
-    /// Run the scripted demonstration once and exit after the summary instead of serving.
-    #[arg(long)]
-    pub exit: bool,
-    /// A PostgreSQL server whose role may create databases; the demo (re)creates the database
-    /// `herald_demo` on it and touches nothing else. Default: `database.url`, else a private server.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
-    pub database_url: Option<String>,
-    /// The private server's folder (default: /var/tmp/herald-pg as root, else ~/.cache/herald/pg — the
-    /// one the test scripts use too).
-    #[arg(long, value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Stop the private PostgreSQL (if it runs) and exit.
-    #[arg(long)]
-    pub stop_postgres: bool,
-    /// Where the API listens; when the port is taken, a free one is used.
-    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
-    pub listen: std::net::SocketAddr,
+    /// Arguments for herald-demo, e.g. `--exit`, `--database-url URL`, `--stop-postgres`, `--help`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    pub args: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,7 +152,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", herald_channels::cipher::Keyring::generate_key().expose_secret());
             return Ok(());
         }
-        Command::Demo(args) => return demo(&cli, args).await,
+        Command::Demo(args) => return demo(&cli, args),
         _ => {}
     }
     let config = load_config(&cli)?;
@@ -206,40 +195,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// `herald demo`: the server is `--database-url`/`DATABASE_URL`, else `database.url` of the
-/// configuration, else the private one.
-async fn demo(cli: &Cli, args: &DemoArgs) -> anyhow::Result<()> {
-    if args.stop_postgres {
-        return crate::demo::postgres::stop(args.data_dir.as_deref()).await;
+/// `herald demo`: replaces this process with `herald-demo` from the same folder, passing the
+/// configuration file on (`HERALD_CONFIG`) and telling it how to name this binary in the commands it
+/// prints (`HERALD_EXE`).
+fn demo(cli: &Cli, args: &DemoArgs) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt as _;
+    let herald = std::env::current_exe().context("cannot tell where this program is")?;
+    let demo = herald.with_file_name("herald-demo");
+    if !demo.is_file() {
+        anyhow::bail!(
+            "the demo program {} is not installed beside herald; build both with `cargo build --release -p \
+             herald-app -p herald-demo` (scripts/demo.sh does)",
+            demo.display()
+        );
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // Warnings only by default: the demo's own output is the story.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
-    let configured = match args.database_url.as_deref().filter(|url| !url.trim().is_empty()) {
-        Some(url) => Some(secrecy::SecretString::from(url.to_owned())),
-        None => load_config(cli)?.database.url,
-    };
-    let server = match configured {
-        Some(url) => crate::demo::Server::Url(url),
-        None => crate::demo::Server::Private { data_dir: args.data_dir.clone() },
-    };
-    let mut options = crate::demo::DemoOptions::new(server);
-    options.exit = args.exit;
-    options.listen = args.listen;
-    if let Ok(exe) = std::env::current_exe() {
-        options.herald = exe.display().to_string();
+    let mut command = std::process::Command::new(&demo);
+    command.args(&args.args).env("HERALD_EXE", &herald);
+    if let Some(config) = &cli.config {
+        command.env("HERALD_CONFIG", config);
     }
-    let report = crate::demo::run(options).await?;
-    if !report.drained || report.cases.iter().any(|c| !c.ok) {
-        anyhow::bail!("the demo did not end as its scenario table expects (see above)");
-    }
-    Ok(())
-}
-
-fn outcomes(task: &TaskView) -> String {
-    let list: Vec<&str> = task.attempts.iter().map(|a| a.outcome.map_or("…", |o| o.as_str())).collect();
-    format!("[{}]", list.join(", "))
+    let error = command.exec();
+    Err(anyhow::Error::new(error).context(format!("cannot start {}", demo.display())))
 }
 
 /// The services of a command that needs only the database (no keys, no channels): the review commands.
@@ -275,6 +251,11 @@ impl herald_ports::DestinationCipher for NoKeys {
     fn needs_rotation(&self, _: &[u8]) -> bool {
         false
     }
+}
+
+fn outcomes(task: &TaskView) -> String {
+    let list: Vec<&str> = task.attempts.iter().map(|a| a.outcome.map_or("…", |o| o.as_str())).collect();
+    format!("[{}]", list.join(", "))
 }
 
 /// The parked tasks as a table, one line each.
@@ -345,7 +326,9 @@ mod tests {
         assert!(parse(&["review", "resolve", "7", "--note", "x"]).is_err());
         assert!(parse(&["review", "resolve", "7", "--sent", "--failed", "--note", "x"]).is_err());
         assert!(parse(&["review", "resolve", "7", "--failed"]).is_err());
-        assert!(parse(&["demo", "--exit"]).is_ok());
+        let cli = parse(&["demo", "--exit", "--help"]).expect("demo arguments pass through");
+        let Command::Demo(demo) = cli.command else { panic!("wrong command") };
+        assert_eq!(demo.args, ["--exit", "--help"]);
         assert!(parse(&["token", "user", "alice"]).is_ok());
         assert!(parse(&["--config", "x.toml", "serve"]).is_ok());
     }

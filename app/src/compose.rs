@@ -13,9 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use herald_domain::{ChannelName, Millis};
-use herald_ports::{
-    ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore,
-};
+use herald_ports::{ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore};
 use herald_postgres::PgStore;
 use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::ExposeSecret as _;
@@ -49,14 +47,7 @@ impl Services {
         S: NotificationStore + PreferenceStore + 'static,
     {
         let channels = channel_table(registry.as_ref());
-        Services {
-            store: store.clone(),
-            prefs: store,
-            registry,
-            cipher,
-            clock,
-            channels: Arc::new(channels),
-        }
+        Services { store: store.clone(), prefs: store, registry, cipher, clock, channels: Arc::new(channels) }
     }
 
     /// Replaces the notification store, keeping everything else (tests that wrap the store to inject

@@ -5,7 +5,6 @@ pub mod api;
 pub mod cli;
 pub mod compose;
 pub mod config;
-pub mod demo;
 pub mod metrics;
 pub mod service;
 pub mod usecases;

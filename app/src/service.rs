@@ -149,4 +149,3 @@ pub async fn serve(config: Config, with_api: bool) -> anyhow::Result<()> {
     tracing::info!("stopped");
     result
 }
-

@@ -8,8 +8,8 @@ use std::time::Instant;
 use herald_domain::resolve::FinalState;
 use herald_domain::{slot_kept, ChannelName, EgressDecision, IdempotencyKey, Millis, Observation, TaskId, UserId};
 use herald_ports::{
-    Channel, ChannelPref, DestinationCipher, OutboundMessage, PreferenceStore, ResolveError,
-    Resolved, StoreError, TaskView,
+    Channel, ChannelPref, DestinationCipher, OutboundMessage, PreferenceStore, ResolveError, Resolved, StoreError,
+    TaskView,
 };
 use std::sync::Arc;
 
@@ -85,7 +85,11 @@ pub enum TestSendError {
 pub const TEST_TEXT: &str = "Herald test message: if you can read this, notifications on this channel reach you.";
 
 fn adapter(services: &Services, channel: &ChannelName) -> Result<Arc<dyn Channel>, TestSendError> {
-    services.registry.get(channel).filter(|_| services.channels.get(channel).is_some()).ok_or(TestSendError::UnknownChannel)
+    services
+        .registry
+        .get(channel)
+        .filter(|_| services.channels.get(channel).is_some())
+        .ok_or(TestSendError::UnknownChannel)
 }
 
 /// Whether `channel` is a configured channel (for front ends that validate before acting).

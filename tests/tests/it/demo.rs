@@ -1,8 +1,8 @@
 //! `herald demo` end to end against the test server (`DATABASE_URL`): its scripted mix must end as the
 //! scenario table says, with no user prompted twice.
 
-use herald_app::demo::scenario::{self, Ch, End, CASES};
-use herald_app::demo::{self, DemoOptions, Server};
+use herald_demo::scenario::{self, Ch, End, CASES};
+use herald_demo::{self as demo, DemoOptions, Server};
 use secrecy::SecretString;
 use sqlx::Connection as _;
 

@@ -28,13 +28,14 @@ use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
 use herald_channels::registry::HttpChannelRegistry;
 use herald_channels::standin::{Kind, Script, StandIn};
-use herald_domain::{ChannelKind, ChannelName, Millis};
-use herald_ports::{ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore};
+use herald_domain::{ChannelKind, Millis};
+use herald_ports::Clock;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Connection as _;
 
-use crate::api::{self, ApiState, Authenticator};
-use crate::worker::{Worker, WorkerConfig};
+use herald_app::api::{self, Authenticator};
+use herald_app::compose::Services;
+use herald_app::worker::WorkerConfig;
 use scenario::{Ch, CASES};
 use summary::{CaseResult, ChannelSummary, StandIns};
 
@@ -269,13 +270,8 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     let (server_url, private) = match &options.server {
         Server::Url(url) => (url.expose_secret().to_owned(), None),
         Server::Private { data_dir } => {
-            let base = match data_dir {
-                Some(dir) => dir.clone(),
-                None => postgres::default_base()?,
-            };
-            let pg = postgres::ensure(&base).await?;
-            let how = if pg.started { "started" } else { "already running" };
-            println!("PostgreSQL: private cluster in {} on 127.0.0.1:{} ({how})", pg.base.display(), pg.port);
+            let pg = postgres::ensure(data_dir.as_deref()).await?;
+            println!("PostgreSQL: the private cluster on 127.0.0.1:{}", pg.port);
             (pg.url("postgres"), Some(pg))
         }
     };
@@ -316,12 +312,9 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
         scenario::MIAO_INTERVAL_MS
     );
 
-    let store_port: Arc<dyn NotificationStore> = Arc::new(store.clone());
-    let prefs: Arc<dyn PreferenceStore> = Arc::new(store.clone());
-    let registry: Arc<dyn ChannelRegistry> = Arc::new(registry);
-    let cipher: Arc<dyn DestinationCipher> = Arc::new(keyring);
     let clock: Arc<dyn Clock> = Arc::new(store.clock());
-    let table = ChannelTable(configs.iter().map(|c| (ChannelName::new(c.name.clone()), c.rules())).collect());
+    let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), Arc::clone(&clock));
+    let store_port = Arc::clone(&services.store);
 
     // 3. The API.
     let listener = match tokio::net::TcpListener::bind(options.listen).await {
@@ -332,18 +325,12 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     };
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
-    let state = ApiState {
-        store: Arc::clone(&store_port),
-        prefs,
-        registry: Arc::clone(&registry),
-        cipher: Arc::clone(&cipher),
-        clock: Arc::clone(&clock),
-        auth: Arc::clone(&auth),
-        channels: Arc::new(table),
-        readiness: Arc::new(api::ClockReadiness(Arc::clone(&clock))),
-        metrics: if options.metrics { crate::metrics::install().ok() } else { None },
-        body_limit: api::DEFAULT_BODY_LIMIT,
-    };
+    let state = services.api_state(
+        Arc::clone(&auth),
+        Arc::new(api::ClockReadiness(Arc::clone(&clock))),
+        if options.metrics { herald_app::metrics::install().ok() } else { None },
+        api::DEFAULT_BODY_LIMIT,
+    );
     let (api_stop_tx, api_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(api::serve(
         listener,
@@ -367,18 +354,12 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut workers = tokio::task::JoinSet::new();
     for i in 0..WORKERS {
-        let worker = Worker::new(
-            Arc::clone(&store_port),
-            Arc::clone(&registry),
-            Arc::clone(&cipher),
-            Arc::clone(&clock),
-            WorkerConfig {
-                id: format!("demo-{}-{i}", std::process::id()),
-                lease: Millis(LEASE_MS),
-                batch: 4,
-                idle_poll: Duration::from_millis(50),
-            },
-        );
+        let worker = services.worker(WorkerConfig {
+            id: format!("demo-{}-{i}", std::process::id()),
+            lease: Millis(LEASE_MS),
+            batch: 4,
+            idle_poll: Duration::from_millis(50),
+        });
         let stop = stop_rx.clone();
         workers.spawn(async move { worker.run(stop, None).await });
     }
@@ -437,7 +418,11 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     }
     store.pool().close().await;
     if let Some(pg) = private {
-        println!("The private PostgreSQL keeps running for the next run; to stop it: {}", pg.stop_command());
+        println!(
+            "The private PostgreSQL (port {}) keeps running for the next run; to stop it: {}",
+            pg.port,
+            postgres::STOP_COMMAND
+        );
     }
     Ok(report)
 }

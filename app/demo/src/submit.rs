@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::scenario::{self, Ch, Then, CASES};
-use crate::api::Authenticator;
+use herald_app::api::Authenticator;
 
 /// Time to live of every demo notification: long enough never to expire during the run.
 const TTL_SECONDS: u64 = 3_600;

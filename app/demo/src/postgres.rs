@@ -1,0 +1,93 @@
+//! The demo's private PostgreSQL is the project's one private PostgreSQL: `scripts/ensure-postgres.sh`,
+//! embedded in this binary and run with `--private`. The demo and the test scripts therefore share one
+//! cluster, in one folder (`/var/tmp/herald-pg` as root, else `~/.cache/herald/pg`; `HERALD_PG_BASE` or
+//! `--data-dir` choose another), with one stop command (`herald demo --stop-postgres`, or
+//! `scripts/ensure-postgres.sh --stop`).
+//!
+//! The script checks that a running cluster really answers and restarts it when it does not, starts one
+//! on a free loopback port from 5433 up (`initdb` once, as the `postgres` user when run as root), and
+//! prints the server's URL as its last line; its progress goes to standard error.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use anyhow::{bail, Context as _};
+
+/// The script, as committed in `scripts/`.
+const SCRIPT: &str = include_str!("../../../scripts/ensure-postgres.sh");
+
+/// The command that stops the private cluster, for the demo's closing lines.
+pub const STOP_COMMAND: &str = "herald demo --stop-postgres   (or: scripts/ensure-postgres.sh --stop)";
+
+/// A running private cluster.
+#[derive(Clone, Debug)]
+pub struct PrivatePg {
+    /// The server's URL, database `postgres` (no password: trust on loopback only).
+    pub url: String,
+    /// The port it listens on, on 127.0.0.1.
+    pub port: u16,
+}
+
+impl PrivatePg {
+    /// The URL of one database on this server.
+    #[must_use]
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+}
+
+/// Runs the embedded script with `argument`, the cluster folder in `data_dir` when given; returns its
+/// standard output. Its progress lines go to this process's standard error.
+async fn run_script(argument: &str, data_dir: Option<&Path>) -> anyhow::Result<String> {
+    // Run from a file: the script tells being run from being sourced by its own path.
+    let file = tempfile_path();
+    {
+        let mut out = std::fs::File::create(&file).with_context(|| format!("cannot write {}", file.display()))?;
+        out.write_all(SCRIPT.as_bytes())?;
+    }
+    let mut command = tokio::process::Command::new("bash");
+    command.arg(&file).arg(argument).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    if let Some(dir) = data_dir {
+        command.env("HERALD_PG_BASE", dir);
+    }
+    let output = command.output().await.context("cannot run bash for the private PostgreSQL");
+    let _ = std::fs::remove_file(&file);
+    let output = output?;
+    if !output.status.success() {
+        bail!(
+            "the private PostgreSQL could not be started (its messages are above); install PostgreSQL \
+             (Debian/Ubuntu: `apt-get install postgresql`; scripts/demo.sh does this when it may), or set \
+             DATABASE_URL to a server whose role may create databases"
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn tempfile_path() -> PathBuf {
+    std::env::temp_dir().join(format!("herald-ensure-postgres-{}-{}.sh", std::process::id(), rand::random::<u32>()))
+}
+
+/// Finds the private cluster or starts it (checking that it answers), in `data_dir` or the default
+/// folder.
+///
+/// # Errors
+/// When PostgreSQL is not installed or the cluster cannot be started; the script says why.
+pub async fn ensure(data_dir: Option<&Path>) -> anyhow::Result<PrivatePg> {
+    let stdout = run_script("--private", data_dir).await?;
+    let url = stdout.lines().last().unwrap_or_default().trim().to_owned();
+    let port = url
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|port| port.parse::<u16>().ok())
+        .with_context(|| format!("the private PostgreSQL script printed no server URL (got {url:?})"))?;
+    Ok(PrivatePg { url, port })
+}
+
+/// Stops the private cluster, if it runs.
+///
+/// # Errors
+/// When the script fails.
+pub async fn stop(data_dir: Option<&Path>) -> anyhow::Result<()> {
+    run_script("--stop", data_dir).await.map(|_| ())
+}
