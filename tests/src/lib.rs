@@ -6,10 +6,12 @@
 //! `#[tokio::test]` wrappers assert it, and the `herald-evidence` binary prints it.
 
 pub mod api;
+pub mod bins;
 pub mod cases;
 pub mod clock;
 pub mod db;
 pub mod evidence;
+pub mod wait;
 pub mod world;
 
 pub use clock::ManualClock;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use herald_channels::standin::Script;
 use herald_domain::{finish, Jitter, Millis, Observation, Outcome, TaskId, TaskState};
@@ -15,6 +15,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use super::{codes, outcomes};
+use crate::wait::try_wait_until;
 use crate::world::{ClockMode, World};
 use crate::Evidence;
 
@@ -87,21 +88,12 @@ pub async fn nc3() -> anyhow::Result<Evidence> {
     Ok(ev)
 }
 
-/// The worker process binary, next to the running executable (tests live in `deps/`).
+/// The worker process binary (`HERALD_TEST_WORKER` overrides it).
 fn worker_binary() -> anyhow::Result<PathBuf> {
     if let Ok(path) = std::env::var("HERALD_TEST_WORKER") {
         return Ok(PathBuf::from(path));
     }
-    let exe = std::env::current_exe()?;
-    let mut dir = exe.parent().map(PathBuf::from).unwrap_or_default();
-    for _ in 0..2 {
-        let candidate = dir.join("herald-test-worker");
-        if candidate.exists() {
-            return Ok(candidate);
-        }
-        dir = dir.parent().map(PathBuf::from).unwrap_or_default();
-    }
-    anyhow::bail!("herald-test-worker not built; run `cargo build -p herald-tests --bins`")
+    Ok(crate::bins::binary("herald-test-worker"))
 }
 
 struct WorkerProcess {
@@ -167,15 +159,6 @@ impl WorkerProcess {
     }
 }
 
-async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !condition() {
-        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    Ok(())
-}
-
 /// Sleeps until the task's lease has ended by the database's clock.
 async fn wait_for_lease_end(world: &World, task: TaskId) -> anyhow::Result<()> {
     let remaining_ms: i64 = sqlx::query_scalar(
@@ -206,7 +189,7 @@ pub async fn p1() -> anyhow::Result<Evidence> {
     let task = created.tasks[0].task_id;
     world.push.script(Script::HangAfterAccept);
     let first = WorkerProcess::spawn(&world, "process-1", 2_500, 1_000).await?;
-    wait_until("the first acceptance", || world.push.sends() == 1).await?;
+    try_wait_until("the first acceptance", || async { world.push.sends() == 1 }).await?;
     first.signal(Signal::SIGKILL)?;
     let _ = first.output().await?;
     ev.eq(
@@ -245,7 +228,7 @@ pub async fn p2() -> anyhow::Result<Evidence> {
     world.push.script(Script::Delay(Duration::from_millis(400)));
     // Lease shorter than the client timeout: the overlap this case reproduces on purpose.
     let old = WorkerProcess::spawn_with(&world, "process-old", 1_500, 3_000, &["--allow-lease-overlap"]).await?;
-    wait_until("the first acceptance", || world.push.sends() == 1).await?;
+    try_wait_until("the first acceptance", || async { world.push.sends() == 1 }).await?;
     old.signal(Signal::SIGSTOP)?;
     wait_for_lease_end(&world, task).await?;
     let took_over = world.worker("in-test", 60_000).run_once().await?;

@@ -141,7 +141,7 @@ async fn the_interval_holds_across_worker_processes() {
 
     let mut children = Vec::new();
     for p in 0..PROCESSES {
-        let child = Command::new(env!("CARGO_BIN_EXE_herald-test-worker"))
+        let child = Command::new(herald_tests::bins::binary("herald-test-worker"))
             .args([
                 world.db.url.as_str(),
                 &world.push.base_url(),

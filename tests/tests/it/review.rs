@@ -4,13 +4,12 @@
 //! PostgreSQL reports the other session as waiting on a lock — synchronisation on the database's own
 //! state, not on time.
 
-use std::time::Duration;
-
 use herald_app::worker::Report;
 use herald_channels::config::DigestSetting;
 use herald_domain::{EventKey, Millis, TaskState, ThreadKey, UserId};
 use herald_ports::store::NewNotification;
 use herald_ports::NotificationStore;
+use herald_tests::wait::wait_until;
 use herald_tests::world::{ClockMode, World, T0};
 use sqlx::Connection;
 
@@ -18,18 +17,17 @@ const TWO_HOURS: u64 = 7_200_000;
 
 /// Waits until at least `n` sessions of this test's database wait on a lock.
 async fn until_waiting_on_locks(world: &World, n: i64) {
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(world.store.pool())
-        .await
-        .expect("pg_stat_activity");
-        if waiting >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until("sessions waiting on a lock", || async { sessions_waiting_on_locks(world).await >= n }).await;
+}
+
+/// Sessions of this test's database that wait on a lock.
+async fn sessions_waiting_on_locks(world: &World) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(world.store.pool())
+    .await
+    .expect("pg_stat_activity")
 }
 
 /// An event that joins a digest while a worker is claiming that digest (SPEC §7: "every later event in
@@ -91,18 +89,10 @@ async fn an_event_joining_a_digest_being_claimed_is_not_lost_from_the_prompt() {
         store.create(&new, &table, T0 + Millis::from_secs(3_599)).await
     });
     // Either it waits on the digest row held by the claim, or it has already finished.
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(world.store.pool())
-        .await
-        .expect("pg_stat_activity");
-        if waiting >= 2 || joining.is_finished() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until("the join to wait on the digest row, or to finish", || async {
+        joining.is_finished() || sessions_waiting_on_locks(&world).await >= 2
+    })
+    .await;
     hold.commit().await.expect("release egress row");
     let cycle = claiming.await.expect("claim task").expect("cycle");
     assert_eq!(cycle, vec![Report::Sent(digest)], "the digest goes out");

@@ -5,7 +5,6 @@
 //! Waiting loops carry a generous safety timeout so a broken build fails instead of hanging; none of
 //! them asserts how fast anything happened.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,14 +12,13 @@ use herald_app::worker::{Worker, WorkerConfig};
 use herald_channels::standin::Script;
 use herald_domain::{Millis, NotificationId, TaskId, TaskState};
 use herald_ports::TaskView;
+use herald_tests::wait::wait_until;
 use herald_tests::{ClockMode, World};
 use sqlx::Connection as _;
 use tokio::sync::watch;
 
 /// Long enough that a loop woken within a test can only have been woken by a notification.
 const HOUR: Duration = Duration::from_secs(3600);
-/// Safety net for waits; never reached by a passing test.
-const SAFETY: Duration = Duration::from_secs(60);
 
 fn worker(world: &World, id: &str, lease_ms: u64, batch: u32, idle_poll: Duration) -> Worker {
     Worker::new(
@@ -30,21 +28,6 @@ fn worker(world: &World, id: &str, lease_ms: u64, batch: u32, idle_poll: Duratio
         world.clock.clone(),
         WorkerConfig { id: id.to_owned(), lease: Millis(lease_ms), batch, idle_poll },
     )
-}
-
-/// Polls `condition` until it holds; panics with `what` after [`SAFETY`].
-async fn wait_until<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let waited = tokio::time::timeout(SAFETY, async {
-        while !condition().await {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "gave up waiting: {what}");
 }
 
 async fn task(world: &World, notification: NotificationId, task: TaskId) -> TaskView {

@@ -3,7 +3,6 @@
 //! (the NOTIFY wake-up), the JSON log format holds for every line, and SIGTERM ends the process cleanly.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
@@ -11,45 +10,17 @@ use herald_channels::standin::{Kind, StandIn};
 use herald_domain::{ChannelKind, ChannelName, EventKey, Millis, TaskState, UserId};
 use herald_ports::store::{ChannelTable, NewNotification};
 use herald_ports::{Clock as _, NotificationStore as _, PreferenceStore as _};
-use herald_postgres::PgStore;
+use herald_tests::wait::{wait_until, SAFETY};
 use secrecy::SecretString;
-use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions as _, Connection as _};
 use tokio::io::AsyncBufReadExt as _;
 
 const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const DESTINATION: &str = "dest-worker-cli-secret";
-/// Safety net for waits; never reached by a passing test.
-const SAFETY: Duration = Duration::from_secs(60);
-
-/// A fresh, migrated database named like herald-tests' own, so their clean-up drops it once this
-/// process has exited.
-async fn fresh_database() -> (String, PgStore) {
-    let server = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let options: PgConnectOptions = server.parse().expect("DATABASE_URL");
-    let name = format!("herald_t_{}_worker_cli", std::process::id());
-    let mut admin = sqlx::PgConnection::connect_with(&options).await.expect("the test server answers");
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await.expect("drop");
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create");
-    let url = options.database(&name).to_url_lossy().to_string();
-    let store = PgStore::connect(&url, 4).await.expect("connect");
-    store.migrate().await.expect("migrate");
-    (url, store)
-}
-
-async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, mut condition: F) {
-    let waited = tokio::time::timeout(SAFETY, async {
-        while !condition().await {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "gave up waiting: {what}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn herald_worker_wakes_on_new_work_logs_json_and_stops_on_sigterm() {
-    let (url, store) = fresh_database().await;
+    let db = herald_tests::TestDb::fresh().await.expect("a fresh database");
+    let (url, store) = (db.url.clone(), db.store.clone());
     let push = StandIn::start(Kind::Push).await;
     let keyring = Keyring::new([("k1".to_owned(), SecretString::from(KEY))], "k1").expect("key");
     let (user, channel) = (UserId::from("alice"), ChannelName::from("push"));
@@ -72,7 +43,7 @@ async fn herald_worker_wakes_on_new_work_logs_json_and_stops_on_sigterm() {
     )
     .expect("config file");
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+    let mut child = tokio::process::Command::new(herald_tests::bins::binary("herald"))
         .arg("--config")
         .arg(&config)
         .arg("worker")
@@ -95,7 +66,7 @@ async fn herald_worker_wakes_on_new_work_logs_json_and_stops_on_sigterm() {
     let logged = |text: &str| lines.lock().expect("lines").iter().any(|l| l.contains(text));
     // The listener is up before the loop starts; once the loop says it is idle, only a wake-up (or the
     // hour-long poll) can start its next cycle.
-    wait_until("the worker loop to be idle", async || logged("idle: waiting for a wake-up")).await;
+    wait_until("the worker loop to be idle", || async { logged("idle: waiting for a wake-up") }).await;
 
     let mut rules = ChannelConfig::new("push", ChannelKind::Webhook, push.base_url());
     rules.timeout_ms = 1000;
@@ -110,7 +81,7 @@ async fn herald_worker_wakes_on_new_work_logs_json_and_stops_on_sigterm() {
     };
     let now = store.clock().now().await.expect("clock");
     let created = store.create(&new, &table, now).await.expect("create");
-    wait_until("the task to be SENT by the worker process", async || {
+    wait_until("the task to be SENT by the worker process", || async {
         let view = store.notification(created.notification_id).await.ok().flatten();
         view.is_some_and(|v| v.tasks.iter().all(|t| t.state == TaskState::Sent))
     })

@@ -6,7 +6,7 @@ use herald_channels::cipher::Keyring;
 use secrecy::SecretString;
 
 fn herald(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_herald"))
+    Command::new(herald_tests::bins::binary("herald"))
         .args(args)
         .env_remove("HERALD_CONFIG")
         .output()

@@ -1,0 +1,54 @@
+//! Finding the workspace's programs, written once: `herald`, `herald-demo`, `herald-test-worker`,
+//! `herald-soak` … are looked up beside the running test's own executable, in the same target folder and
+//! profile (`target/debug/…` under `cargo test`), and built with cargo when they are missing (a run
+//! narrowed with `-p` does not build other packages' programs).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// The package each program belongs to.
+fn package_of(name: &str) -> &'static str {
+    match name {
+        "herald" => "herald-app",
+        "herald-demo" => "herald-demo",
+        _ => "herald-tests",
+    }
+}
+
+/// The target folder of the running executable's profile (`target/debug`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the running test's path");
+    let mut dir = exe.parent().expect("a folder").to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    dir
+}
+
+static BUILDING: Mutex<()> = Mutex::new(());
+
+/// The path of the workspace program `name`, built first when it is not there yet.
+///
+/// # Panics
+/// When it is missing and cannot be built.
+#[must_use]
+pub fn binary(name: &str) -> PathBuf {
+    let path = profile_dir().join(name);
+    if path.is_file() {
+        return path;
+    }
+    let _one_build_at_a_time = BUILDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !path.is_file() {
+        let release = profile_dir().file_name().is_some_and(|n| n == "release");
+        let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cargo.args(["build", "-q", "-p", package_of(name), "--bin", name]);
+        if release {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().unwrap_or_else(|e| panic!("cannot run cargo to build {name}: {e}"));
+        assert!(status.success(), "cargo could not build {name}");
+    }
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}
