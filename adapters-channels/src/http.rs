@@ -1,8 +1,9 @@
-//! The HTTP channel adapters (SPEC §9, §12): webhook, queryable and Miaotixing, over one `reqwest` client
-//! per configured channel.
+//! The HTTP plumbing every HTTP channel kind shares (SPEC §9, §12): one `reqwest` client per configured
+//! channel, the mapping of transport failures, the capped body read, and `Retry-After`. What goes on
+//! the wire and what the answer means are the kind modules' business ([`crate::kinds`]).
 //!
 //! An adapter only reports what happened on the wire and leaves the meaning to
-//! [`herald_domain::classify`]. The one judgement it makes is how a transport failure maps to a
+//! [`herald_domain::classify`]. The one judgement made here is how a transport failure maps to a
 //! [`Reply`], and that judgement errs towards "unknown": only a failure that provably happened before
 //! any request byte was written is [`Reply::NotSent`], because that is the one answer that lets a
 //! channel without idempotency resend.
@@ -22,189 +23,88 @@
 //! that never opened into an unknown outcome. So every timeout is unambiguous — one during connect
 //! is `is_connect()`, one after it is not.
 //!
+//! Redirects are never followed (a redirect is an answer we do not understand, not something to follow
+//! with the destination in the body) and no proxy from the environment is used (it would see
+//! destinations).
+//!
 //! Nothing here formats a `reqwest::Error`: its `Display` names the URL, and details are fixed words
-//! from the classifier. The destination exists only inside the request body being sent.
+//! from the classifier. The destination exists only inside the request body a kind module builds.
 
-use std::fmt;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use herald_domain::classify::{classify_query, classify_send, retry_after_seconds, Classified, Reply};
-use herald_domain::{ChannelKind, ChannelName, ChannelRules, Observation, Policy, RefusalProof, Timestamp};
-use herald_ports::{Channel, OutboundMessage};
+use herald_domain::classify::{retry_after_seconds, Reply};
+use herald_domain::Timestamp;
 use reqwest::header::{CONTENT_LENGTH, DATE, RETRY_AFTER};
 use reqwest::{Client, RequestBuilder, Response, Url};
-use secrecy::ExposeSecret;
-use serde::Serialize;
 
 use crate::config::{ChannelConfig, ConfigError};
 
-/// One configured HTTP channel of any of the three kinds.
+/// Whether idle connections are kept for the next call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Connections {
+    /// Reuse idle connections (reqwest's default pool).
+    Pooled,
+    /// A fresh connection per call: for a kind whose unknown outcome is terminal, where a pooled
+    /// connection the server closed while idle would break after the request was written.
+    FreshPerCall,
+}
+
+/// One configured channel's HTTP client and body cap.
 ///
 /// Cheap to share behind an `Arc`: the `reqwest::Client` inside pools connections for every caller.
-pub struct HttpChannel {
-    name: ChannelName,
-    kind: ChannelKind,
-    refusal_5xx: RefusalProof,
-    rules: ChannelRules,
-    text: Option<String>,
+pub(crate) struct HttpTransport {
+    client: Client,
     max_response_bytes: usize,
     /// Only the host, for `Debug`: a webhook URL's path can itself be a credential.
     host: String,
-    send_url: Url,
-    /// `GET {url}/messages`, queryable channels only.
-    query_url: Option<Url>,
-    client: Client,
 }
 
-/// `POST {url}/send` body of a webhook.
-#[derive(Serialize)]
-struct WebhookSend<'a> {
-    #[serde(rename = "ref")]
-    reference: &'a str,
-    to: &'a str,
-    text: &'a str,
-    ttl_seconds: u64,
+/// `{url}{path}`: the channel's base URL with a kind's path appended.
+///
+/// # Errors
+/// `channel.<name>.url` when the result is not a URL (the message never repeats the value).
+pub(crate) fn endpoint(config: &ChannelConfig, path: &str) -> Result<Url, ConfigError> {
+    Url::parse(&format!("{}{path}", config.url.trim_end_matches('/')))
+        .map_err(|_| ConfigError::new(&config.name, "url", "is not a valid URL"))
 }
 
-/// `POST {url}/messages` body of a queryable channel.
-#[derive(Serialize)]
-struct QueryableSend<'a> {
-    #[serde(rename = "ref")]
-    reference: &'a str,
-    to: &'a str,
-    text: &'a str,
-}
-
-/// What came back from one call, owned so the body can be borrowed into a [`Reply`].
-enum Wire {
-    Answer {
-        status: u16,
-        /// Empty when the body was larger than the cap or not UTF-8: for a 2xx that makes the
-        /// outcome unknown, other statuses are classified on the status alone.
-        body: String,
-        retry_after: Option<String>,
-    },
-    Failed(Reply<'static>),
-}
-
-impl Wire {
-    fn reply(&self) -> Reply<'_> {
-        match self {
-            Wire::Answer { status, body, retry_after } => {
-                Reply::Response { status: *status, body, retry_after: retry_after.as_deref() }
-            }
-            Wire::Failed(reply) => *reply,
-        }
-    }
-}
-
-/// The mapping of the module documentation. Order matters: a connect timeout is both
-/// `is_connect()` and `is_timeout()`, and it never wrote the request.
-fn failure(err: &reqwest::Error) -> Reply<'static> {
-    if err.is_connect() || err.is_builder() {
-        Reply::NotSent
-    } else if err.is_timeout() {
-        Reply::TimedOut
-    } else {
-        Reply::Broken
-    }
-}
-
-/// This machine's wall clock, only for reading an HTTP-date `Retry-After` sent without a `Date`.
-fn wall_clock() -> Timestamp {
-    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Timestamp(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn endpoint(base: &str, path: &str, name: &str) -> Result<Url, ConfigError> {
-    Url::parse(&format!("{}{path}", base.trim_end_matches('/')))
-        .map_err(|_| ConfigError::new(name, "url", "is not a valid URL"))
-}
-
-impl HttpChannel {
-    /// Validates `config` and builds the channel's client.
+impl HttpTransport {
+    /// The client of a validated `config`: its timeouts, no proxy, no redirects.
     ///
     /// # Errors
-    /// An invalid setting (see [`ChannelConfig::validate`]), or a client that cannot be built.
-    pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
-        config.validate()?;
+    /// A URL without a host, or a client that cannot be built.
+    pub(crate) fn new(config: &ChannelConfig, connections: Connections) -> Result<Self, ConfigError> {
         let name = config.name.as_str();
-        let (send_path, query_path) = match config.kind {
-            ChannelKind::Webhook => ("/send", None),
-            ChannelKind::Queryable => ("/messages", Some("/messages")),
-            ChannelKind::Miaotixing => ("/trigger", None),
-        };
-        let send_url = endpoint(&config.url, send_path, name)?;
-        let query_url = query_path.map(|path| endpoint(&config.url, path, name)).transpose()?;
-        let host = send_url.host_str().unwrap_or_default().to_owned();
-
+        let host = endpoint(config, "")?.host_str().unwrap_or_default().to_owned();
         let mut builder = Client::builder()
             .timeout(Duration::from_millis(config.timeout_ms))
             .connect_timeout(Duration::from_millis((config.timeout_ms / 2).max(1)))
-            // A redirect is an answer we do not understand (unknown), not something to follow with
-            // the destination in the body; and a proxy from the environment would see destinations.
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .user_agent(concat!("herald/", env!("CARGO_PKG_VERSION")));
-        if config.kind == ChannelKind::Miaotixing {
-            // An unknown outcome is terminal for Miaotixing, so it gets a fresh connection per call:
-            // a pooled one the server closed while idle would break after the request was written
-            // and park a task that was never sent.
+        if connections == Connections::FreshPerCall {
             builder = builder.pool_max_idle_per_host(0);
         }
         let client =
             builder.build().map_err(|_| ConfigError::new(name, "kind", "the HTTP client could not be built"))?;
-
-        Ok(HttpChannel {
-            name: ChannelName::new(name),
-            kind: config.kind,
-            refusal_5xx: config.refusal_5xx,
-            rules: config.rules(),
-            text: config.text().map(str::to_owned),
-            max_response_bytes: config.max_response_bytes(),
-            host,
-            send_url,
-            query_url,
-            client,
-        })
+        Ok(HttpTransport { client, max_response_bytes: config.max_response_bytes(), host })
     }
 
-    /// Replaces the resend policy. Configuration cannot reach this: it exists for the negative
-    /// control NC2, which must show that a blind resend really prompts a user twice.
-    #[must_use]
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.rules.policy = policy;
-        self
+    /// The host of the channel's URL, the only part of it that `Debug` output may show.
+    pub(crate) fn host(&self) -> &str {
+        &self.host
     }
 
-    #[must_use]
-    pub fn kind(&self) -> ChannelKind {
-        self.kind
+    pub(crate) fn post(&self, url: &Url) -> RequestBuilder {
+        self.client.post(url.clone())
     }
 
-    /// The request of one send in the channel's wire format (SPEC §12).
-    fn send_request(&self, message: &OutboundMessage) -> RequestBuilder {
-        let to = message.destination.expose_secret();
-        let request = self.client.post(self.send_url.clone());
-        match self.kind {
-            ChannelKind::Webhook => {
-                request.header("Idempotency-Key", message.idempotency_key.as_str()).json(&WebhookSend {
-                    reference: &message.reference,
-                    to,
-                    text: &message.text,
-                    ttl_seconds: message.ttl_seconds,
-                })
-            }
-            ChannelKind::Queryable => {
-                request.json(&QueryableSend { reference: &message.reference, to, text: &message.text })
-            }
-            // A form body, so the code never appears in a URL that a proxy or error could log.
-            ChannelKind::Miaotixing => request.form(&[("id", to), ("text", message.text.as_str())]),
-        }
+    pub(crate) fn get(&self, url: &Url) -> RequestBuilder {
+        self.client.get(url.clone())
     }
 
-    async fn call(&self, request: RequestBuilder) -> Wire {
+    /// Sends `request` and reads the answer: never fails, every failure is a [`Reply`].
+    pub(crate) async fn call(&self, request: RequestBuilder) -> Wire {
         let mut response = match request.send().await {
             Ok(response) => response,
             Err(err) => return Wire::Failed(failure(&err)),
@@ -244,54 +144,45 @@ impl HttpChannel {
     }
 }
 
-#[async_trait]
-impl Channel for HttpChannel {
-    fn name(&self) -> &ChannelName {
-        &self.name
-    }
+/// What came back from one call, owned so the body can be borrowed into a [`Reply`].
+pub(crate) enum Wire {
+    Answer {
+        status: u16,
+        /// Empty when the body was larger than the cap or not UTF-8: for a 2xx that makes the
+        /// outcome unknown, other statuses are classified on the status alone.
+        body: String,
+        /// `Retry-After` as delta-seconds, whichever form the channel sent.
+        retry_after: Option<String>,
+    },
+    Failed(Reply<'static>),
+}
 
-    fn rules(&self) -> ChannelRules {
-        self.rules
-    }
-
-    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
-        match (digest_count, self.text.as_deref()) {
-            (None, Some(text)) => text.to_owned(),
-            (None, None) => body.to_owned(),
-            (Some(1), Some(text)) => format!("{text} (1 update)"),
-            (Some(n), Some(text)) => format!("{text} ({n} updates)"),
-            (Some(1), None) => "1 new update".to_owned(),
-            (Some(n), None) => format!("{n} new updates"),
+impl Wire {
+    /// What the domain's classification reads.
+    pub(crate) fn reply(&self) -> Reply<'_> {
+        match self {
+            Wire::Answer { status, body, retry_after } => {
+                Reply::Response { status: *status, body, retry_after: retry_after.as_deref() }
+            }
+            Wire::Failed(reply) => *reply,
         }
-    }
-
-    #[tracing::instrument(skip_all, fields(channel = %self.name))]
-    async fn send(&self, message: &OutboundMessage) -> Classified {
-        let wire = self.call(self.send_request(message)).await;
-        let classified = classify_send(self.kind, self.refusal_5xx, wire.reply());
-        tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "send classified");
-        classified
-    }
-
-    #[tracing::instrument(skip_all, fields(channel = %self.name))]
-    async fn query(&self, reference: &str) -> Classified {
-        let Some(url) = &self.query_url else {
-            return Classified { observation: Observation::QueryFailed, detail: "channel has no query".to_owned() };
-        };
-        let wire = self.call(self.client.get(url.clone()).query(&[("ref", reference)])).await;
-        let classified = classify_query(wire.reply());
-        tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "query classified");
-        classified
     }
 }
 
-impl fmt::Debug for HttpChannel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpChannel")
-            .field("name", &self.name)
-            .field("kind", &self.kind)
-            .field("host", &self.host)
-            .field("rules", &self.rules)
-            .finish_non_exhaustive()
+/// The mapping of the module documentation. Order matters: a connect timeout is both
+/// `is_connect()` and `is_timeout()`, and it never wrote the request.
+fn failure(err: &reqwest::Error) -> Reply<'static> {
+    if err.is_connect() || err.is_builder() {
+        Reply::NotSent
+    } else if err.is_timeout() {
+        Reply::TimedOut
+    } else {
+        Reply::Broken
     }
+}
+
+/// This machine's wall clock, only for reading an HTTP-date `Retry-After` sent without a `Date`.
+fn wall_clock() -> Timestamp {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Timestamp(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
 }

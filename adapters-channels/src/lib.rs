@@ -1,10 +1,13 @@
 //! Channel adapters of Herald, and local stand-in channels to test them against.
+//!
+//! `config` reads a `[[channel]]` entry, `registry` builds the adapter its `kind` names, `kinds` holds one
+//! module per kind over the shared HTTP plumbing of `http`, and `cipher` encrypts destinations at rest.
 
 pub mod cipher;
 pub mod config;
-pub mod http;
+mod http;
+pub mod kinds;
 pub mod registry;
 pub mod standin;
 
-pub use http::HttpChannel;
-pub use registry::HttpChannelRegistry;
+pub use registry::{ConfiguredChannel, HttpChannel, HttpChannelRegistry};

@@ -1,13 +1,98 @@
 //! The one channel factory (SPEC §9): the worker and the settings page's test send both look channels
 //! up here, so a test send goes through the same adapter and the same classification as a delivery.
+//!
+//! [`ConfiguredChannel::new`] is the one place a `[[channel]]` entry's `kind` picks its adapter module
+//! in [`crate::kinds`]: one line per kind.
 
+use std::fmt;
 use std::sync::Arc;
 
-use herald_domain::ChannelName;
-use herald_ports::{Channel, ChannelRegistry};
+use async_trait::async_trait;
+use herald_domain::classify::Classified;
+use herald_domain::{ChannelKind, ChannelName, ChannelRules, Policy};
+use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
 
 use crate::config::{ChannelConfig, ConfigError};
-use crate::http::HttpChannel;
+use crate::kinds::miaotixing::MiaotixingChannel;
+use crate::kinds::queryable::QueryableChannel;
+use crate::kinds::webhook::WebhookChannel;
+use crate::kinds::ChannelAdapter;
+
+/// One configured channel of whichever kind its `[[channel]]` entry names.
+pub struct ConfiguredChannel {
+    adapter: Box<dyn ChannelAdapter>,
+    /// Set only by [`ConfiguredChannel::with_policy`].
+    policy: Option<Policy>,
+}
+
+/// The former name of [`ConfiguredChannel`], from when every kind was one HTTP struct.
+pub type HttpChannel = ConfiguredChannel;
+
+impl ConfiguredChannel {
+    /// Validates `config` and builds the adapter of its kind.
+    ///
+    /// # Errors
+    /// An invalid setting (see [`ChannelConfig::validate`]), or a client that cannot be built.
+    pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
+        let adapter: Box<dyn ChannelAdapter> = match config.kind {
+            ChannelKind::Webhook => Box::new(WebhookChannel::new(config)?),
+            ChannelKind::Queryable => Box::new(QueryableChannel::new(config)?),
+            ChannelKind::Miaotixing => Box::new(MiaotixingChannel::new(config)?),
+        };
+        Ok(ConfiguredChannel { adapter, policy: None })
+    }
+
+    /// Replaces the resend policy. Configuration cannot reach this: it exists for the negative
+    /// control NC2, which must show that a blind resend really prompts a user twice.
+    #[must_use]
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    #[must_use]
+    pub fn kind(&self) -> ChannelKind {
+        self.adapter.rules().contract.kind
+    }
+}
+
+#[async_trait]
+impl Channel for ConfiguredChannel {
+    fn name(&self) -> &ChannelName {
+        self.adapter.name()
+    }
+
+    fn rules(&self) -> ChannelRules {
+        let mut rules = self.adapter.rules();
+        if let Some(policy) = self.policy {
+            rules.policy = policy;
+        }
+        rules
+    }
+
+    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
+        self.adapter.outbound_text(body, digest_count)
+    }
+
+    async fn send(&self, message: &OutboundMessage) -> Classified {
+        self.adapter.send(message).await
+    }
+
+    async fn query(&self, reference: &str) -> Classified {
+        self.adapter.query(reference).await
+    }
+}
+
+impl fmt::Debug for ConfiguredChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.policy {
+            None => fmt::Debug::fmt(&self.adapter, f),
+            Some(policy) => {
+                f.debug_struct("ConfiguredChannel").field("adapter", &self.adapter).field("policy", &policy).finish()
+            }
+        }
+    }
+}
 
 /// The configured channels, in configuration order.
 #[derive(Clone, Default)]
@@ -16,14 +101,14 @@ pub struct HttpChannelRegistry {
 }
 
 impl HttpChannelRegistry {
-    /// Builds one [`HttpChannel`] per `[[channel]]` entry.
+    /// Builds one [`ConfiguredChannel`] per `[[channel]]` entry.
     ///
     /// # Errors
     /// The first invalid entry, or a name configured twice (`channel.<name>.name`).
     pub fn from_configs(configs: &[ChannelConfig]) -> Result<Self, ConfigError> {
         let channels = configs
             .iter()
-            .map(|config| HttpChannel::new(config).map(|channel| Arc::new(channel) as Arc<dyn Channel>))
+            .map(|config| ConfiguredChannel::new(config).map(|channel| Arc::new(channel) as Arc<dyn Channel>))
             .collect::<Result<Vec<_>, _>>()?;
         Self::from_channels(channels)
     }
@@ -65,8 +150,8 @@ impl ChannelRegistry for HttpChannelRegistry {
     }
 }
 
-impl std::fmt::Debug for HttpChannelRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for HttpChannelRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.channels.iter().map(|channel| channel.name().as_str())).finish()
     }
 }
