@@ -1,7 +1,9 @@
-//! Conversions between domain values and database values, and error classification.
+//! Conversions between domain values and database values, and error classification. The bottom of the
+//! crate: it uses no other module of it.
 
 use chrono::{DateTime, TimeZone, Utc};
 use herald_domain::Timestamp;
+use herald_ports::store::ChannelTable;
 use herald_ports::StoreError;
 
 pub(crate) fn to_db(t: Timestamp) -> DateTime<Utc> {
@@ -26,6 +28,11 @@ pub(crate) fn count_u32(n: i32) -> u32 {
 
 pub(crate) fn count_i32(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// The names of the configured channels, as a `text[]` parameter.
+pub(crate) fn channel_names(table: &ChannelTable) -> Vec<String> {
+    table.names().map(|n| n.as_str().to_owned()).collect()
 }
 
 /// SQLSTATE classes and codes that mean "the connection or server went away": class 08 (connection

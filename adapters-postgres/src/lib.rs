@@ -5,12 +5,28 @@
 //! claim transaction; `finish` writes a transition the worker computed, fenced by state and token.
 //! Connection trouble maps to [`StoreError::Unavailable`](herald_ports::StoreError::Unavailable), so
 //! workers back off instead of crashing; no sqlx type crosses a port.
+//!
+//! One module per path; each uses only modules listed before it:
+//!
+//! * `convert` — domain ↔ database values, error classification;
+//! * `rows` — the `FromRow` structs and their conversions, and the shared SQL fragments ([`PARKED`]);
+//! * `clock` — [`PgClock`]; `notify` — the wake-up `create` sends, and the [`TaskListener`];
+//! * `transition` — the two writes the claim and the manual resolution share;
+//! * `create`, `claim`, `finish`, `resolve` — the write paths; `views` — the read models;
+//! * `store` — [`PgStore`] and its `NotificationStore` implementation, delegating to the above;
+//! * `prefs` — the `PreferenceStore` implementation; `negative` — the test-only unsafe variants.
 
+mod claim;
 mod clock;
 mod convert;
+mod create;
+mod finish;
 mod notify;
 mod prefs;
+mod resolve;
+mod rows;
 mod store;
+mod transition;
 mod views;
 
 #[cfg(feature = "negative-controls")]
@@ -18,6 +34,7 @@ pub mod negative;
 
 pub use clock::PgClock;
 pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
+pub use rows::PARKED;
 pub use store::PgStore;
 pub use views::ATTEMPTS_OF_TASKS;
 

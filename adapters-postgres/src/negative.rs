@@ -3,9 +3,12 @@
 
 use herald_ports::store::{ClaimBatch, ClaimRequest, FinishRecord, StoreError};
 use sqlx::postgres::PgRow;
+use sqlx::FromRow;
 
-use crate::convert::{opt_to_db, store_error, to_db};
-use crate::store::{channel_names, claim_row, egress_spacing, PgStore, CLAIM_QUERY};
+use crate::claim::{claim_row, egress_spacing, CLAIM_QUERY};
+use crate::convert::{channel_names, opt_to_db, store_error, to_db};
+use crate::rows::ClaimRow;
+use crate::store::PgStore;
 
 /// NC1, first half: reads runnable tasks **without locking them** (no `FOR UPDATE … SKIP LOCKED`).
 ///
@@ -33,7 +36,7 @@ pub async fn claim_selected(store: &PgStore, request: &ClaimRequest, rows: &[PgR
     let mut tx = store.pool().begin().await.map_err(store_error)?;
     let mut batch = ClaimBatch::default();
     for row in rows {
-        claim_row(&mut tx, row, request, &mut batch).await?;
+        claim_row(&mut tx, ClaimRow::from_row(row).map_err(store_error)?, request, &mut batch).await?;
     }
     tx.commit().await.map_err(store_error)?;
     Ok(batch)

@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use herald_ports::StoreError;
 use sqlx::postgres::{PgListener, PgPoolOptions};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 use crate::convert::store_error;
-use crate::store::PgStore;
 
 /// The `LISTEN`/`NOTIFY` channel on which `create` announces new tasks.
 pub const TASKS_CHANNEL: &str = "herald_tasks";
@@ -46,13 +45,11 @@ impl std::fmt::Debug for TaskListener {
     }
 }
 
-impl PgStore {
-    /// Opens a listener; when this returns, every later committed `create` with tasks is heard.
-    ///
-    /// # Errors
-    /// `Unavailable` when the database cannot be reached.
-    pub async fn listen(&self) -> Result<TaskListener, StoreError> {
-        let options = (*self.pool.connect_options()).clone();
+impl TaskListener {
+    /// Opens a listener to the database of `pool` ([`PgStore::listen`](crate::PgStore::listen)); when this returns, every later
+    /// committed `create` with tasks is heard.
+    pub(crate) async fn open(pool: &PgPool) -> Result<TaskListener, StoreError> {
+        let options = (*pool.connect_options()).clone();
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(5))
@@ -65,15 +62,13 @@ impl PgStore {
         listener.listen(TASKS_CHANNEL).await.map_err(store_error)?;
         Ok(TaskListener { listener })
     }
-}
 
-impl TaskListener {
     /// Waits for the next wake-up. A lost connection is re-established once here (reported as
     /// [`Wakeup::Reconnected`]).
     ///
     /// # Errors
     /// `Unavailable` when the connection broke and could not be re-established; the caller should drop
-    /// this listener, wait, and [`PgStore::listen`] again.
+    /// this listener, wait, and [`PgStore::listen`](crate::PgStore::listen) again.
     pub async fn recv(&mut self) -> Result<Wakeup, StoreError> {
         match self.listener.try_recv().await.map_err(store_error)? {
             Some(_) => Ok(Wakeup::Notified),

@@ -4,24 +4,12 @@ use async_trait::async_trait;
 use herald_domain::{ChannelName, UserId};
 use herald_ports::prefs::{ChannelPref, PreferenceStore, StoredDestination};
 use herald_ports::StoreError;
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 
 use crate::convert::store_error;
+use crate::rows::{DestinationRow, PrefRow};
 use crate::store::PgStore;
 
-fn pref(row: &PgRow) -> Result<ChannelPref, StoreError> {
-    let e = store_error;
-    Ok(ChannelPref {
-        user_id: UserId(row.try_get("user_id").map_err(e)?),
-        channel: ChannelName(row.try_get("channel").map_err(e)?),
-        enabled: row.try_get("enabled").map_err(e)?,
-        has_destination: row.try_get("has_destination").map_err(e)?,
-        verified: row.try_get("verified").map_err(e)?,
-        version: row.try_get("version").map_err(e)?,
-    })
-}
-
+/// The columns of a [`PrefRow`].
 const PREF_COLUMNS: &str =
     "user_id, channel, enabled, destination IS NOT NULL AS has_destination, verified_at IS NOT NULL AS verified, version";
 
@@ -34,7 +22,7 @@ impl PreferenceStore for PgStore {
         enabled: bool,
         destination: Option<Vec<u8>>,
     ) -> Result<ChannelPref, StoreError> {
-        let row = sqlx::query(&format!(
+        let row: PrefRow = sqlx::query_as(&format!(
             "INSERT INTO channel_pref AS p (user_id, channel, enabled, destination) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (user_id, channel) DO UPDATE SET enabled = EXCLUDED.enabled, \
                destination = COALESCE(EXCLUDED.destination, p.destination), \
@@ -50,17 +38,18 @@ impl PreferenceStore for PgStore {
         .fetch_one(&self.pool)
         .await
         .map_err(store_error)?;
-        pref(&row)
+        Ok(row.into())
     }
 
     async fn get(&self, user: &UserId, channel: &ChannelName) -> Result<Option<ChannelPref>, StoreError> {
-        let row = sqlx::query(&format!("SELECT {PREF_COLUMNS} FROM channel_pref WHERE user_id = $1 AND channel = $2"))
-            .bind(user.as_str())
-            .bind(channel.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(store_error)?;
-        row.as_ref().map(pref).transpose()
+        let row: Option<PrefRow> =
+            sqlx::query_as(&format!("SELECT {PREF_COLUMNS} FROM channel_pref WHERE user_id = $1 AND channel = $2"))
+                .bind(user.as_str())
+                .bind(channel.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
+        Ok(row.map(ChannelPref::from))
     }
 
     async fn destination(&self, user: &UserId, channel: &ChannelName) -> Result<Option<Vec<u8>>, StoreError> {
@@ -112,7 +101,7 @@ impl PreferenceStore for PgStore {
         limit: u32,
     ) -> Result<Vec<StoredDestination>, StoreError> {
         let (user, channel) = after.map_or((None, None), |(u, c)| (Some(u.0), Some(c.0)));
-        let rows = sqlx::query(
+        let rows: Vec<DestinationRow> = sqlx::query_as(
             "SELECT user_id, channel, destination FROM channel_pref \
              WHERE destination IS NOT NULL AND ($1::text IS NULL OR (user_id, channel) > ($1, $2)) \
              ORDER BY user_id, channel LIMIT $3",
@@ -123,15 +112,7 @@ impl PreferenceStore for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(store_error)?;
-        rows.iter()
-            .map(|row| {
-                Ok(StoredDestination {
-                    user_id: UserId(row.try_get("user_id").map_err(store_error)?),
-                    channel: ChannelName(row.try_get("channel").map_err(store_error)?),
-                    ciphertext: row.try_get("destination").map_err(store_error)?,
-                })
-            })
-            .collect()
+        Ok(rows.into_iter().map(StoredDestination::from).collect())
     }
 
     async fn replace_destination(

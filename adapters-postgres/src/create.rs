@@ -1,0 +1,198 @@
+//! The write path of a submission (SPEC §3, §7): `create` stores the notification, its inbox item and
+//! one task per enabled channel in one transaction, and `create_task` makes the digest decision for a
+//! task under a per-(user, thread, channel) advisory lock.
+
+use chrono::{DateTime, Utc};
+use herald_domain::digest::{decide_digest, DigestDecision, OpenDigest};
+use herald_domain::{ChannelName, ChannelRules, NotificationId, TaskId, TaskState, ThreadKey, Timestamp, UserId};
+use herald_ports::store::{ChannelTable, Created, NewNotification, StoreError, TaskSummary};
+use sqlx::{PgConnection, PgPool};
+
+use crate::convert::{channel_names, count_i32, from_db, store_error, to_db};
+use crate::notify::notify_new_tasks;
+use crate::rows::TaskSummaryRow;
+
+/// One transaction: the notification (`ON CONFLICT (user_id, event_key) DO NOTHING`), then — only when
+/// it was inserted — its inbox item and tasks, and the wake-up for workers. A duplicate writes nothing
+/// and answers the existing notification's tasks with `created = false`.
+pub(crate) async fn create(
+    pool: &PgPool,
+    new: &NewNotification,
+    channels: &ChannelTable,
+    now: Timestamp,
+) -> Result<Created, StoreError> {
+    let mut tx = pool.begin().await.map_err(store_error)?;
+    let inserted: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id",
+    )
+    .bind(new.user_id.as_str())
+    .bind(new.event_key.as_str())
+    .bind(&new.body)
+    .bind(new.thread_key.as_ref().map(|k| k.as_str()))
+    .bind(new.max_attempts.map(count_i32))
+    .bind(to_db(now))
+    .bind(to_db(now + new.ttl))
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(store_error)?;
+
+    let Some(id) = inserted else {
+        // A duplicate: nothing to write. Under READ COMMITTED the conflicting insert waited for the
+        // other transaction, and this new statement sees its committed row.
+        tx.rollback().await.map_err(store_error)?;
+        let id: i64 = sqlx::query_scalar("SELECT id FROM notification WHERE user_id = $1 AND event_key = $2")
+            .bind(new.user_id.as_str())
+            .bind(new.event_key.as_str())
+            .fetch_one(pool)
+            .await
+            .map_err(store_error)?;
+        let tasks = task_summaries(pool, &new.user_id, NotificationId(id)).await?;
+        return Ok(Created { notification_id: NotificationId(id), created: false, tasks });
+    };
+
+    sqlx::query("INSERT INTO inbox_item (user_id, notification_id, created_at) VALUES ($1, $2, $3)")
+        .bind(new.user_id.as_str())
+        .bind(id)
+        .bind(to_db(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(store_error)?;
+
+    let enabled: Vec<String> =
+        sqlx::query_scalar("SELECT channel FROM channel_pref WHERE user_id = $1 AND enabled AND channel = ANY($2)")
+            .bind(new.user_id.as_str())
+            .bind(channel_names(channels))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(store_error)?;
+
+    let mut tasks = Vec::new();
+    for (channel, rules) in channels.0.iter().filter(|(name, _)| enabled.iter().any(|e| e == name.as_str())) {
+        let budget = new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1);
+        if let Some(summary) = create_task(&mut tx, new, NotificationId(id), channel, rules, budget, now).await? {
+            tasks.push(summary);
+        }
+    }
+    if !tasks.is_empty() {
+        // Delivered to listening workers at commit, never for a rolled-back create (SPEC §4 wake-up).
+        notify_new_tasks(&mut tx).await?;
+    }
+    tx.commit().await.map_err(store_error)?;
+    Ok(Created { notification_id: NotificationId(id), created: true, tasks })
+}
+
+/// Creates the task of one enabled channel for a new notification, or merges the event into an open
+/// digest (SPEC §7). Returns `None` when the event joined another notification's digest task.
+async fn create_task(
+    conn: &mut PgConnection,
+    new: &NewNotification,
+    notification: NotificationId,
+    channel: &ChannelName,
+    rules: &ChannelRules,
+    budget: u32,
+    now: Timestamp,
+) -> Result<Option<TaskSummary>, StoreError> {
+    let mut due = now;
+    let mut digest_count: Option<i32> = None;
+    if let (Some(rule), Some(thread)) = (rules.digest, new.thread_key.as_ref()) {
+        // Serialise decisions per (user, thread, channel) so concurrent events cannot all pass the limit.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2 || chr(31) || $3, 0))")
+            .bind(new.user_id.as_str())
+            .bind(thread.as_str())
+            .bind(channel.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(store_error)?;
+        let instants: Vec<DateTime<Utc>> = sqlx::query_scalar(
+            "SELECT created_at FROM delivery_task WHERE user_id = $1 AND thread_key = $2 AND channel = $3 \
+             AND digest_count IS NULL AND created_at > $4",
+        )
+        .bind(new.user_id.as_str())
+        .bind(thread.as_str())
+        .bind(channel.as_str())
+        .bind(to_db(now - rule.window))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(store_error)?;
+        let instants: Vec<Timestamp> = instants.into_iter().map(from_db).collect();
+        // Locked, so that a claim of this digest in progress is waited for and the row re-checked: a
+        // digest the claim took (its text and count already read) is no longer `PENDING` and takes no
+        // member, which would otherwise be counted in a digest that never mentions it. Claims skip the
+        // row while this transaction holds it, and read the count after it commits.
+        let open: Option<(i64, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, next_attempt_at FROM delivery_task WHERE user_id = $1 AND thread_key = $2 AND channel = $3 \
+             AND digest_count IS NOT NULL AND state = 'PENDING' AND next_attempt_at > $4 ORDER BY id DESC LIMIT 1 \
+             FOR UPDATE",
+        )
+        .bind(new.user_id.as_str())
+        .bind(thread.as_str())
+        .bind(channel.as_str())
+        .bind(to_db(now))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(store_error)?;
+        let open = open.map(|(id, due_at)| OpenDigest { task: TaskId(id), due_at: from_db(due_at) });
+        match decide_digest(rule, &instants, open, now) {
+            DigestDecision::SendNow => {}
+            DigestDecision::Open { due_at } => {
+                due = due_at;
+                digest_count = Some(1);
+            }
+            DigestDecision::Join { task } => {
+                sqlx::query(
+                    "WITH joined AS (UPDATE delivery_task SET digest_count = digest_count + 1, updated_at = $4, \
+                       expires_at = GREATEST(expires_at, $6) \
+                     WHERE user_id = $1 AND id = $3) \
+                     INSERT INTO digest_member (user_id, notification_id, channel, digest_task_id) VALUES ($1, $2, $5, $3)",
+                )
+                .bind(new.user_id.as_str())
+                .bind(notification.0)
+                .bind(task.0)
+                .bind(to_db(now))
+                .bind(channel.as_str())
+                .bind(to_db(now + new.ttl))
+                .execute(&mut *conn)
+                .await
+                .map_err(store_error)?;
+                return Ok(None);
+            }
+        }
+    }
+    let (id, reference): (i64, String) = sqlx::query_as(
+        "INSERT INTO delivery_task (user_id, notification_id, channel, state, next_attempt_at, max_attempts, \
+         thread_key, digest_count, expires_at, created_at, updated_at) \
+         VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $9, $8, $8) RETURNING id, reference::text",
+    )
+    .bind(new.user_id.as_str())
+    .bind(notification.0)
+    .bind(channel.as_str())
+    .bind(to_db(due))
+    .bind(count_i32(budget))
+    .bind(new.thread_key.as_ref().map(ThreadKey::as_str))
+    .bind(digest_count)
+    .bind(to_db(now))
+    .bind(digest_count.map(|_| to_db(now + new.ttl)))
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    Ok(Some(TaskSummary { task_id: TaskId(id), reference, channel: channel.clone(), state: TaskState::Pending }))
+}
+
+/// The tasks of an existing notification, as a duplicate submission answers them.
+async fn task_summaries(
+    pool: &PgPool,
+    user: &UserId,
+    notification: NotificationId,
+) -> Result<Vec<TaskSummary>, StoreError> {
+    let rows: Vec<TaskSummaryRow> = sqlx::query_as(
+        "SELECT id, reference::text AS reference, channel, state FROM delivery_task \
+         WHERE user_id = $1 AND notification_id = $2 ORDER BY id",
+    )
+    .bind(user.as_str())
+    .bind(notification.0)
+    .fetch_all(pool)
+    .await
+    .map_err(store_error)?;
+    rows.into_iter().map(TaskSummary::try_from).collect()
+}

@@ -1,0 +1,107 @@
+//! The end of an attempt (SPEC §5, §7): the fenced finish statement, and the fenced give-back of an
+//! attempt whose holder missed its egress slot. Both run on the store's finish pool.
+
+use herald_domain::TaskState;
+use herald_ports::store::{FinishRecord, FinishResult, GiveBack, StoreError};
+use sqlx::PgPool;
+
+use crate::convert::{opt_to_db, store_error, to_db};
+
+/// The fenced finish statement (SPEC §5): the task changes only while this attempt holds it; either way
+/// the observation lands on the attempt row — as its outcome, or as its late outcome when superseded.
+///
+/// A finish may be sent again when its first answer was lost (the connection broke after the commit):
+/// when this attempt's outcome already is this observation, that earlier finish landed, and the repeat
+/// changes nothing and answers `repeated`. (A superseded attempt's outcome is `LEASE_EXPIRED`, which no
+/// channel observation equals.)
+const FINISH_QUERY: &str = "WITH held AS ( \
+       UPDATE delivery_task SET state = $4, outcome_uncertain = $5, needs_review = $6, next_attempt_at = $7, \
+         uncertain_since = $8, provider_msg_id = COALESCE($9, provider_msg_id), last_error = $10, \
+         attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = $11 \
+       WHERE user_id = $1 AND id = $2 AND state = 'SENDING' AND attempt_token = $3 \
+       RETURNING id), \
+     mine AS (SELECT EXISTS (SELECT 1 FROM held) AS held) \
+     UPDATE delivery_attempt a SET \
+       outcome = CASE WHEN mine.held THEN $12 ELSE a.outcome END, \
+       detail = CASE WHEN mine.held THEN $13 ELSE a.detail END, \
+       finished_at = CASE WHEN mine.held THEN $11 ELSE a.finished_at END, \
+       late_outcome = CASE WHEN mine.held OR a.outcome IS NOT DISTINCT FROM $12 THEN a.late_outcome ELSE $12 END, \
+       late_detail = CASE WHEN mine.held OR a.outcome IS NOT DISTINCT FROM $12 THEN a.late_detail ELSE $13 END, \
+       late_at = CASE WHEN mine.held OR a.outcome IS NOT DISTINCT FROM $12 THEN a.late_at ELSE $11 END \
+     FROM mine \
+     WHERE a.user_id = $1 AND a.attempt_token = $3 \
+     RETURNING CASE WHEN mine.held THEN 'applied' WHEN a.outcome IS NOT DISTINCT FROM $12 THEN 'repeated' \
+       ELSE 'stale' END";
+
+/// Takes back an attempt whose holder missed its egress slot (SPEC §7), fenced like the finish: while
+/// the token still holds the task, the task returns to its claim-time knowledge with the attempt count
+/// and number undone, and the attempt row goes — no call was made, and attempt rows record calls and
+/// decisions, not slots that went unused. All data-modifying parts of one statement see one snapshot, so
+/// the row is deleted exactly when the task was held.
+const GIVE_BACK_QUERY: &str = "WITH held AS ( \
+       UPDATE delivery_task SET state = $4, outcome_uncertain = $5, needs_review = false, next_attempt_at = $6, \
+         uncertain_since = $7, last_error = $8, attempt_token = NULL, lease_owner = NULL, lease_until = NULL, \
+         attempt_count = attempt_count - 1, last_attempt_no = last_attempt_no - 1, updated_at = $9 \
+       WHERE user_id = $1 AND id = $2 AND state = 'SENDING' AND attempt_token = $3 \
+       RETURNING id), \
+     gone AS ( \
+       DELETE FROM delivery_attempt WHERE user_id = $1 AND attempt_token = $3 AND EXISTS (SELECT 1 FROM held) \
+       RETURNING id) \
+     SELECT EXISTS (SELECT 1 FROM held)";
+
+/// Runs [`FINISH_QUERY`] for `record`.
+pub(crate) async fn finish(pool: &PgPool, record: &FinishRecord) -> Result<FinishResult, StoreError> {
+    let t = &record.transition;
+    let result: Option<String> = sqlx::query_scalar(FINISH_QUERY)
+        .bind(record.user_id.as_str())
+        .bind(record.task_id.0)
+        .bind(record.token.0)
+        .bind(t.state.as_str())
+        .bind(t.outcome_uncertain)
+        .bind(t.needs_review)
+        .bind(opt_to_db(t.next_attempt_at))
+        .bind(opt_to_db(t.uncertain_since))
+        .bind(t.provider_msg_id.as_deref())
+        .bind(last_error(record))
+        .bind(to_db(record.now))
+        .bind(record.observation.outcome().as_str())
+        .bind(&record.detail)
+        .fetch_optional(pool)
+        .await
+        .map_err(store_error)?;
+    match result.as_deref() {
+        Some("applied" | "repeated") => Ok(FinishResult::Applied),
+        Some(_) => Ok(FinishResult::Stale),
+        None => Err(StoreError::Unknown(anyhow::anyhow!("no attempt row for the finishing token"))),
+    }
+}
+
+/// Runs [`GIVE_BACK_QUERY`] for `record`.
+pub(crate) async fn give_back(pool: &PgPool, record: &GiveBack) -> Result<FinishResult, StoreError> {
+    let t = &record.transition;
+    let held: bool = sqlx::query_scalar(GIVE_BACK_QUERY)
+        .bind(record.user_id.as_str())
+        .bind(record.task_id.0)
+        .bind(record.token.0)
+        .bind(t.state.as_str())
+        .bind(t.outcome_uncertain)
+        .bind(opt_to_db(t.next_attempt_at))
+        .bind(opt_to_db(t.uncertain_since))
+        .bind(t.reason)
+        .bind(to_db(record.now))
+        .fetch_one(pool)
+        .await
+        .map_err(store_error)?;
+    Ok(if held { FinishResult::Applied } else { FinishResult::Stale })
+}
+
+/// `last_error` after a finish: the detail of what went wrong, or nothing once sent.
+fn last_error(record: &FinishRecord) -> Option<String> {
+    match record.transition.state {
+        TaskState::Sent => None,
+        _ => Some(match record.transition.reason {
+            Some(reason) => format!("{}: {reason}", record.detail),
+            None => record.detail.clone(),
+        }),
+    }
+}

@@ -1,0 +1,39 @@
+//! The human exit (SPEC §6): manual resolution of a parked task.
+
+use herald_domain::resolve::{resolve_manually as decide_resolution, FinalState};
+use herald_domain::{TaskId, Timestamp};
+use herald_ports::store::{ResolveError, Resolved};
+use sqlx::PgPool;
+
+use crate::convert::store_error;
+use crate::rows::{task_decision_columns, TaskDecisionRow, TaskRow};
+use crate::transition::{record_decision, store_transition};
+
+/// Locks the task for the resolution.
+const LOCK_TASK: &str =
+    concat!("SELECT ", task_decision_columns!(), " FROM delivery_task t WHERE t.id = $1 FOR UPDATE");
+
+/// Locks the task, asks the domain (only a parked task may be resolved), and writes the `MANUAL_SENT` /
+/// `MANUAL_FAILED` attempt row with the note and the transition, in one transaction.
+pub(crate) async fn resolve_manually(
+    pool: &PgPool,
+    task: TaskId,
+    final_state: FinalState,
+    note: &str,
+    now: Timestamp,
+) -> Result<Resolved, ResolveError> {
+    let mut tx = pool.begin().await.map_err(store_error)?;
+    let row: TaskDecisionRow = sqlx::query_as(LOCK_TASK)
+        .bind(task.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(store_error)?
+        .ok_or(ResolveError::NotFound)?;
+    let row = TaskRow::try_from(row)?;
+    let transition = decide_resolution(&row.snapshot, final_state)
+        .map_err(|refused| ResolveError::NotParked { state: refused.state })?;
+    record_decision(&mut tx, &row, row.last_attempt_no + 1, final_state.outcome(), Some(note), now).await?;
+    store_transition(&mut tx, &row, &transition, Some(&format!("resolved by a human: {note}")), now).await?;
+    tx.commit().await.map_err(store_error)?;
+    Ok(Resolved { task_id: task, state: transition.state })
+}

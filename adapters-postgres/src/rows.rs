@@ -1,0 +1,398 @@
+//! Row mapping: the SQL fragments several statements share, and one `#[derive(sqlx::FromRow)]` struct
+//! per shape of row the store reads, each converted into the domain or port type it stands for.
+//!
+//! This is the bottom of the crate with `convert`: every other module reads rows through these types,
+//! and none of them calls `Row::try_get` column by column.
+//!
+//! The fragments are macros so that `concat!` can put them into statement constants at compile time;
+//! the `const`s next to them are the same text for code that reads it at run time.
+
+use chrono::{DateTime, Utc};
+use herald_domain::{
+    Action, AttemptToken, ChannelName, EventKey, NotificationId, TaskId, TaskSnapshot, ThreadKey, UserId,
+};
+use herald_ports::prefs::{ChannelPref, StoredDestination};
+use herald_ports::store::{
+    AttemptView, InboxChannel, InboxItem, NotificationView, StoreError, TaskCount, TaskSummary, TaskView,
+};
+use uuid::Uuid;
+
+use crate::convert::{count_u32, from_db, opt_from_db, parse_code};
+
+/// The text of [`PARKED`], for `concat!`.
+macro_rules! parked {
+    () => {
+        "(t.state = 'UNKNOWN' AND t.needs_review AND t.next_attempt_at IS NULL)"
+    };
+}
+pub(crate) use parked;
+
+/// "Parked" (SPEC §6) in SQL, over `delivery_task` named `t`: uncertain, waiting for a human, never
+/// claimed again — the predicate of `TaskSnapshot::is_parked`, and the only place SQL spells it. The
+/// partial index `delivery_task_parked` (`migrations/0001_core.sql`) is declared with the same predicate,
+/// which is what lets the planner use it for the review list.
+pub const PARKED: &str = parked!();
+
+/// The columns of a task row that decisions read ([`TaskDecisionRow`]), over `delivery_task` named `t`.
+macro_rules! task_decision_columns {
+    () => {
+        "t.id, t.user_id, t.notification_id, t.channel, t.state, \
+         t.attempt_token, t.lease_until, t.outcome_uncertain, t.uncertain_since, t.needs_review, t.next_attempt_at, \
+         t.attempt_count, t.max_attempts, t.last_attempt_no, t.digest_count"
+    };
+}
+pub(crate) use task_decision_columns;
+
+/// The text of the columns a [`TaskViewRow`] reads, for `concat!`.
+macro_rules! task_view_columns {
+    () => {
+        "id, user_id, notification_id, channel, state, outcome_uncertain, needs_review, \
+         attempt_count, next_attempt_at, provider_msg_id, last_error, digest_count, reference::text AS reference"
+    };
+}
+pub(crate) use task_view_columns;
+
+/// A task row as decisions read it ([`task_decision_columns!`]).
+#[derive(sqlx::FromRow)]
+pub(crate) struct TaskDecisionRow {
+    id: i64,
+    user_id: String,
+    notification_id: i64,
+    channel: String,
+    state: String,
+    attempt_token: Option<Uuid>,
+    lease_until: Option<DateTime<Utc>>,
+    outcome_uncertain: bool,
+    uncertain_since: Option<DateTime<Utc>>,
+    needs_review: bool,
+    next_attempt_at: Option<DateTime<Utc>>,
+    attempt_count: i32,
+    max_attempts: i32,
+    last_attempt_no: i32,
+    digest_count: Option<i32>,
+}
+
+/// A task as the claim and the manual resolution decide on it.
+pub(crate) struct TaskRow {
+    pub id: TaskId,
+    pub user_id: UserId,
+    pub notification_id: NotificationId,
+    pub channel: ChannelName,
+    /// The current holder's token, while `SENDING` (or left by a holder whose lease expired).
+    pub token: Option<Uuid>,
+    pub snapshot: TaskSnapshot,
+    pub budget: u32,
+    pub last_attempt_no: i32,
+    pub digest_count: Option<u32>,
+}
+
+impl TryFrom<TaskDecisionRow> for TaskRow {
+    type Error = StoreError;
+
+    fn try_from(row: TaskDecisionRow) -> Result<TaskRow, StoreError> {
+        Ok(TaskRow {
+            id: TaskId(row.id),
+            user_id: UserId(row.user_id),
+            notification_id: NotificationId(row.notification_id),
+            channel: ChannelName(row.channel),
+            token: row.attempt_token,
+            snapshot: TaskSnapshot {
+                state: parse_code(&row.state)?,
+                outcome_uncertain: row.outcome_uncertain,
+                needs_review: row.needs_review,
+                next_attempt_at: opt_from_db(row.next_attempt_at),
+                lease_until: opt_from_db(row.lease_until),
+                attempt_count: count_u32(row.attempt_count),
+                uncertain_since: opt_from_db(row.uncertain_since),
+            },
+            budget: count_u32(row.max_attempts),
+            last_attempt_no: row.last_attempt_no,
+            digest_count: row.digest_count.map(count_u32),
+        })
+    }
+}
+
+/// A row of the claim query: the task, and what the claim reads with it in the same transaction.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ClaimRow {
+    #[sqlx(flatten)]
+    pub task: TaskDecisionRow,
+    pub reference: String,
+    pub body: String,
+    /// The digest's own expiry, else the notification's.
+    pub expires_at: DateTime<Utc>,
+    pub pref_enabled: bool,
+    /// The encrypted destination (never decrypted here).
+    pub destination: Option<Vec<u8>>,
+}
+
+impl ClaimRow {
+    /// The channel, for ordering a batch before any egress row is locked.
+    pub(crate) fn channel(&self) -> &str {
+        &self.task.channel
+    }
+}
+
+/// The holding a claim took: what the `UPDATE … RETURNING` of the lease answers.
+#[derive(sqlx::FromRow)]
+pub(crate) struct HeldRow {
+    attempt_token: Uuid,
+    attempt_count: i32,
+    last_attempt_no: i32,
+}
+
+impl HeldRow {
+    /// The token, the attempts used with this one, and this attempt's number.
+    pub(crate) fn into_parts(self) -> (AttemptToken, u32, i32) {
+        (AttemptToken(self.attempt_token), count_u32(self.attempt_count), self.last_attempt_no)
+    }
+}
+
+/// One task of a notification, as `create` answers it.
+#[derive(sqlx::FromRow)]
+pub(crate) struct TaskSummaryRow {
+    id: i64,
+    reference: String,
+    channel: String,
+    state: String,
+}
+
+impl TryFrom<TaskSummaryRow> for TaskSummary {
+    type Error = StoreError;
+
+    fn try_from(row: TaskSummaryRow) -> Result<TaskSummary, StoreError> {
+        Ok(TaskSummary {
+            task_id: TaskId(row.id),
+            reference: row.reference,
+            channel: ChannelName(row.channel),
+            state: parse_code(&row.state)?,
+        })
+    }
+}
+
+/// A task as the read models show it ([`task_view_columns!`]), attempts loaded separately.
+#[derive(sqlx::FromRow)]
+pub(crate) struct TaskViewRow {
+    id: i64,
+    user_id: String,
+    notification_id: i64,
+    channel: String,
+    state: String,
+    outcome_uncertain: bool,
+    needs_review: bool,
+    attempt_count: i32,
+    next_attempt_at: Option<DateTime<Utc>>,
+    provider_msg_id: Option<String>,
+    last_error: Option<String>,
+    digest_count: Option<i32>,
+    reference: String,
+}
+
+impl TryFrom<TaskViewRow> for TaskView {
+    type Error = StoreError;
+
+    fn try_from(row: TaskViewRow) -> Result<TaskView, StoreError> {
+        Ok(TaskView {
+            task_id: TaskId(row.id),
+            reference: row.reference,
+            notification_id: NotificationId(row.notification_id),
+            user_id: UserId(row.user_id),
+            channel: ChannelName(row.channel),
+            state: parse_code(&row.state)?,
+            outcome_uncertain: row.outcome_uncertain,
+            needs_review: row.needs_review,
+            attempt_count: count_u32(row.attempt_count),
+            next_attempt_at: opt_from_db(row.next_attempt_at),
+            provider_msg_id: row.provider_msg_id,
+            last_error: row.last_error,
+            digest_count: row.digest_count.map(count_u32),
+            attempts: Vec::new(),
+        })
+    }
+}
+
+/// One attempt of a task (`ATTEMPTS_OF_TASKS`).
+#[derive(sqlx::FromRow)]
+pub(crate) struct AttemptRow {
+    pub task_id: i64,
+    attempt_no: i32,
+    action: Option<String>,
+    outcome: Option<String>,
+    late_outcome: Option<String>,
+    detail: Option<String>,
+    started_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<AttemptRow> for AttemptView {
+    type Error = StoreError;
+
+    fn try_from(row: AttemptRow) -> Result<AttemptView, StoreError> {
+        Ok(AttemptView {
+            attempt_no: row.attempt_no,
+            action: row.action.as_deref().map(parse_code::<Action>).transpose()?,
+            outcome: row.outcome.as_deref().map(parse_code).transpose()?,
+            late_outcome: row.late_outcome.as_deref().map(parse_code).transpose()?,
+            started_at: from_db(row.started_at),
+            finished_at: opt_from_db(row.finished_at),
+            detail: row.detail,
+        })
+    }
+}
+
+/// A notification, without its tasks.
+#[derive(sqlx::FromRow)]
+pub(crate) struct NotificationRow {
+    id: i64,
+    pub user_id: String,
+    event_key: String,
+    body: String,
+    thread_key: Option<String>,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+}
+
+impl NotificationRow {
+    /// The view of this notification with its `tasks`.
+    pub(crate) fn into_view(self, tasks: Vec<TaskView>) -> NotificationView {
+        NotificationView {
+            notification_id: NotificationId(self.id),
+            user_id: UserId(self.user_id),
+            event_key: EventKey(self.event_key),
+            body: self.body,
+            thread_key: self.thread_key.map(ThreadKey),
+            created_at: from_db(self.created_at),
+            expires_at: from_db(self.expires_at),
+            tasks,
+        }
+    }
+}
+
+/// An inbox item, without its channels.
+#[derive(sqlx::FromRow)]
+pub(crate) struct InboxRow {
+    notification_id: i64,
+    body: String,
+    created_at: DateTime<Utc>,
+    read_at: Option<DateTime<Utc>>,
+}
+
+impl From<InboxRow> for InboxItem {
+    fn from(row: InboxRow) -> InboxItem {
+        InboxItem {
+            notification_id: NotificationId(row.notification_id),
+            body: row.body,
+            created_at: from_db(row.created_at),
+            read_at: opt_from_db(row.read_at),
+            channels: Vec::new(),
+        }
+    }
+}
+
+/// How one channel of an inbox item stands: the event's own task, or the digest task it joined.
+#[derive(sqlx::FromRow)]
+pub(crate) struct InboxChannelRow {
+    pub notification_id: i64,
+    channel: String,
+    state: String,
+    needs_review: bool,
+    in_digest: bool,
+    attempt_count: i32,
+    last_outcome: Option<String>,
+}
+
+impl TryFrom<InboxChannelRow> for InboxChannel {
+    type Error = StoreError;
+
+    fn try_from(row: InboxChannelRow) -> Result<InboxChannel, StoreError> {
+        Ok(InboxChannel {
+            channel: ChannelName(row.channel),
+            state: parse_code(&row.state)?,
+            needs_review: row.needs_review,
+            in_digest: row.in_digest,
+            last_outcome: row.last_outcome.as_deref().map(parse_code).transpose()?,
+            attempt_count: count_u32(row.attempt_count),
+        })
+    }
+}
+
+/// One group of the task gauges.
+#[derive(sqlx::FromRow)]
+pub(crate) struct TaskCountRow {
+    channel: String,
+    state: String,
+    parked: bool,
+    n: i64,
+}
+
+impl TryFrom<TaskCountRow> for TaskCount {
+    type Error = StoreError;
+
+    fn try_from(row: TaskCountRow) -> Result<TaskCount, StoreError> {
+        Ok(TaskCount {
+            channel: ChannelName(row.channel),
+            state: parse_code(&row.state)?,
+            parked: row.parked,
+            count: u64::try_from(row.n).unwrap_or(0),
+        })
+    }
+}
+
+/// A preference, as the preference store answers it (`PREF_COLUMNS` in `prefs`).
+#[derive(sqlx::FromRow)]
+pub(crate) struct PrefRow {
+    user_id: String,
+    channel: String,
+    enabled: bool,
+    has_destination: bool,
+    verified: bool,
+    version: i64,
+}
+
+impl From<PrefRow> for ChannelPref {
+    fn from(row: PrefRow) -> ChannelPref {
+        ChannelPref {
+            user_id: UserId(row.user_id),
+            channel: ChannelName(row.channel),
+            enabled: row.enabled,
+            has_destination: row.has_destination,
+            verified: row.verified,
+            version: row.version,
+        }
+    }
+}
+
+/// A stored ciphertext with its owner and channel.
+#[derive(sqlx::FromRow)]
+pub(crate) struct DestinationRow {
+    user_id: String,
+    channel: String,
+    destination: Vec<u8>,
+}
+
+impl From<DestinationRow> for StoredDestination {
+    fn from(row: DestinationRow) -> StoredDestination {
+        StoredDestination {
+            user_id: UserId(row.user_id),
+            channel: ChannelName(row.channel),
+            ciphertext: row.destination,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PARKED;
+
+    /// The review list is served by the partial index `delivery_task_parked` only while the index is
+    /// declared with the predicate the queries use; the migration is applied and checksummed, so it is
+    /// `PARKED` that must follow it.
+    #[test]
+    fn the_parked_index_is_declared_with_the_parked_predicate() {
+        let migration = include_str!("../../migrations/0001_core.sql");
+        let predicate = PARKED.replace("t.", "");
+        let predicate = predicate.trim_start_matches('(').trim_end_matches(')');
+        let index = format!("CREATE INDEX delivery_task_parked ON delivery_task (updated_at)\n    WHERE {predicate};");
+        assert!(migration.contains(&index), "{index}");
+    }
+}

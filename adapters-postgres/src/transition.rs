@@ -1,0 +1,65 @@
+//! The two writes the claim and the manual resolution share: storing a transition that ends or pauses
+//! the current holding, and writing an attempt row that called no channel.
+
+use herald_domain::{Outcome, Timestamp, Transition};
+use herald_ports::StoreError;
+use sqlx::PgConnection;
+
+use crate::convert::{opt_to_db, store_error, to_db};
+use crate::rows::TaskRow;
+
+/// Stores a transition that ends or pauses the current holding (no lease, no token).
+pub(crate) async fn store_transition(
+    conn: &mut PgConnection,
+    task: &TaskRow,
+    t: &Transition,
+    detail: Option<&str>,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE delivery_task SET state = $3, outcome_uncertain = $4, needs_review = $5, next_attempt_at = $6, \
+         uncertain_since = $7, provider_msg_id = COALESCE($8, provider_msg_id), last_error = $9, \
+         attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = $10 \
+         WHERE user_id = $1 AND id = $2",
+    )
+    .bind(task.user_id.as_str())
+    .bind(task.id.0)
+    .bind(t.state.as_str())
+    .bind(t.outcome_uncertain)
+    .bind(t.needs_review)
+    .bind(opt_to_db(t.next_attempt_at))
+    .bind(opt_to_db(t.uncertain_since))
+    .bind(t.provider_msg_id.as_deref())
+    .bind(detail.or(t.reason))
+    .bind(to_db(now))
+    .execute(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    Ok(())
+}
+
+/// Writes an attempt row that calls no channel (claim-time decision or manual resolution).
+pub(crate) async fn record_decision(
+    conn: &mut PgConnection,
+    task: &TaskRow,
+    attempt_no: i32,
+    outcome: Outcome,
+    note: Option<&str>,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "WITH bump AS (UPDATE delivery_task SET last_attempt_no = $3 WHERE user_id = $1 AND id = $2) \
+         INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, outcome, note, started_at, finished_at) \
+         VALUES ($1, $2, $3, gen_random_uuid(), $4, $5, $6, $6)",
+    )
+    .bind(task.user_id.as_str())
+    .bind(task.id.0)
+    .bind(attempt_no)
+    .bind(outcome.as_str())
+    .bind(note)
+    .bind(to_db(now))
+    .execute(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    Ok(())
+}
