@@ -1,14 +1,16 @@
 //! Configuration (SPEC §12): one TOML file, every key overridable from the environment, secrets
 //! optionally read from files, everything checked at start-up with a message naming the key.
 //!
-//! # Sources, in order
+//! # Layers, in order (a later one wins key by key)
+//! figment merges the first two ([`sources`]), remembering which layer gave each value; serde then decodes
+//! the result with the path of the first key that does not fit, and the third step reads the files.
 //! 1. The TOML file given by `--config FILE` or `HERALD_CONFIG` (optional: without one, only the
 //!    environment and the defaults count).
 //! 2. Environment variables `HERALD__SECTION__KEY` (double underscores; names are case-insensitive and
 //!    taken in lower case), e.g. `HERALD__DATABASE__URL`, `HERALD__WORKER__CONCURRENCY=16`,
-//!    `HERALD__KEYS__CURRENT=k2`, `HERALD__KEYS__K2_FILE=/run/secrets/k2`.
-//!    * Integers and booleans are parsed (`true`/`false`); an unparsable value is refused naming the
-//!      variable.
+//!    `HERALD__KEYS__CURRENT=k2`, `HERALD__KEYS__K2_FILE=/run/secrets/k2`. A value's type comes from its
+//!    key, never from how the text looks (a numeric token stays a string).
+//!    * Integers are parsed; an unparsable value is refused naming the variable.
 //!    * Token lists (`HERALD__AUTH__SERVICE_TOKENS`, `…__ADMIN_TOKENS`) are either a JSON array
 //!      (`["a","b"]`) or a comma-separated list (`a,b`; spaces around entries and empty entries dropped).
 //!    * Channel entries are addressed by index or name: `HERALD__CHANNEL__0__TIMEOUT_MS=400` or
@@ -16,26 +18,29 @@
 //!      (`HERALD__CHANNEL__0__DIGEST__INSTANT_PER_HOUR=3`). The index one past the last entry adds an
 //!      entry. A channel value is read as a TOML value when it is one (`400`, `true`, `"x"`,
 //!      `{ instant_per_hour = 3 }`) and as a plain string otherwise (`http://…`, `immediate`).
-//! 3. `…_file` keys: `database.url_file`, `auth.user_token_secret_file`, `auth.service_tokens_file` and
-//!    `auth.admin_tokens_file` (one token a line; blank lines and `#` comments ignored), and in `[keys]`
-//!    `ID_file` for key `ID`. Giving both a key and its `_file` is refused. Relative paths are relative to
-//!    the configuration file's folder (the working folder without a file). Surrounding whitespace
-//!    (the final newline) is dropped.
+//! 3. `…_file` keys, read after merging: `database.url_file`, `auth.user_token_secret_file`,
+//!    `auth.service_tokens_file` and `auth.admin_tokens_file` (one token a line; blank lines and `#`
+//!    comments ignored), and in `[keys]` `ID_file` for key `ID`. Giving both a key and its `_file` (in any
+//!    layers) is refused. Relative paths are relative to the configuration file's folder (the working
+//!    folder without a file), also when a variable gives them. Surrounding whitespace (the final newline)
+//!    is dropped.
 //!
 //! Unknown keys, values out of range and inconsistent settings are refused before anything starts.
-//! Error messages name keys and variables, never values: a URL or a token is a secret.
+//! Error messages name keys and variables, never values: a URL or a token is a secret. An error about a
+//! value that a variable set says so: `… (set by HERALD__LOG__FORMAT)`.
 
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use figment::value::{Dict, Value};
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
 use secrecy::{ExposeSecret, SecretString};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use toml::{Table, Value};
+
+mod sources;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = 64 * 1024;
@@ -172,30 +177,12 @@ impl Config {
     /// # Errors
     /// The first problem found, naming its key.
     pub fn from_toml(text: &str, env: impl IntoIterator<Item = (String, String)>, base: &Path) -> Result<Config> {
-        let mut table: Table = text.parse().map_err(|error: toml::de::Error| {
-            // The parser's message quotes the offending line, which may hold a secret: keep the position.
-            let position = error
-                .span()
-                .map(|span| line_of(text, span.start))
-                .map_or(String::new(), |line| format!(" (line {line})"));
-            ConfigError::new("file", format!("is not valid TOML{position}: {}", error.message()))
-        })?;
-        let mut overridden = Vec::new();
-        for (name, value) in env {
-            if let Some(path) = name.strip_prefix(ENV_PREFIX) {
-                apply_env(&mut table, &name, path, &value)?;
-                overridden.push(name);
-            }
-        }
-        let raw: RawConfig = deserialize(Value::Table(table), "").map_err(|mut error| {
-            // Point at the variable when one set the key in question.
-            let var = format!("{ENV_PREFIX}{}", error.key.replace('.', "__").to_uppercase());
-            if overridden.contains(&var) {
-                error.reason = format!("{} (set by {var})", error.reason);
-            }
-            error
-        })?;
-        raw.resolve(base)
+        let figment = sources::layered(text, env)?;
+        figment
+            .extract::<RawConfig>()
+            .map_err(|error| sources::decoding_error(&error, ""))
+            .and_then(|raw| raw.resolve(base))
+            .map_err(|error| sources::name_variable(error, &figment))
     }
 
     /// The `[auth]` section, which `command` needs.
@@ -224,154 +211,6 @@ impl Config {
             .as_ref()
             .ok_or_else(|| ConfigError::new("database.url", format!("is required by `herald {command}`")))
     }
-}
-
-fn line_of(text: &str, offset: usize) -> usize {
-    text.get(..offset).map_or(0, |before| before.matches('\n').count()) + 1
-}
-
-/// Keeps serde's message but drops any quoted value (`invalid type: string "…", expected u32` becomes
-/// `invalid type, expected u32`), since the value may be a secret put in the wrong place.
-fn without_value(message: &str) -> String {
-    for lead in ["invalid type", "invalid value"] {
-        if message.starts_with(lead) {
-            return match message.split_once(", expected ") {
-                Some((_, expected)) => format!("{lead}, expected {expected}"),
-                None => lead.to_owned(),
-            };
-        }
-    }
-    message.to_owned()
-}
-
-fn deserialize<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T> {
-    serde_path_to_error::deserialize(value).map_err(|error| {
-        let path = error.path().to_string();
-        let message = error.into_inner().to_string();
-        let key = match (prefix, path.as_str()) {
-            ("", ".") => "file".to_owned(),
-            ("", path) => path.to_owned(),
-            (prefix, ".") => prefix.to_owned(),
-            (prefix, path) => format!("{prefix}.{path}"),
-        };
-        ConfigError::new(key, without_value(&message))
-    })
-}
-
-#[derive(Clone, Copy)]
-enum Kind {
-    Str,
-    Int,
-    List,
-}
-
-/// The keys of the sections this module owns, with the type an environment value is parsed as.
-fn kind_of(section: &str, key: &str) -> Option<Kind> {
-    Some(match (section, key) {
-        ("database", "url" | "url_file")
-        | ("server", "listen")
-        | ("auth", "service_tokens_file" | "admin_tokens_file" | "user_token_secret" | "user_token_secret_file")
-        | ("log", "format" | "level")
-        | ("keys", _) => Kind::Str,
-        ("database", "max_connections")
-        | ("server", "body_limit_bytes")
-        | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms") => Kind::Int,
-        ("auth", "service_tokens" | "admin_tokens") => Kind::List,
-        _ => return None,
-    })
-}
-
-fn env_value(var: &str, kind: Kind, raw: &str) -> Result<Value> {
-    let bad = |what: &str| ConfigError::new(var, format!("must be {what}"));
-    Ok(match kind {
-        Kind::Str => Value::String(raw.to_owned()),
-        Kind::Int => Value::Integer(raw.trim().parse().map_err(|_| bad("an integer"))?),
-        Kind::List if raw.trim_start().starts_with('[') => {
-            let list: Vec<String> = serde_json::from_str(raw).map_err(|_| bad("a JSON array of strings"))?;
-            Value::Array(list.into_iter().map(Value::String).collect())
-        }
-        Kind::List => Value::Array(
-            raw.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| Value::String(s.to_owned())).collect(),
-        ),
-    })
-}
-
-/// A channel value: a TOML value when it parses as one, else the text itself.
-fn channel_value(raw: &str) -> Value {
-    format!("v = {raw}")
-        .parse::<Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| Value::String(raw.to_owned()))
-}
-
-fn table_at<'a>(table: &'a mut Table, key: &str, var: &str) -> Result<&'a mut Table> {
-    table
-        .entry(key.to_owned())
-        .or_insert_with(|| Value::Table(Table::new()))
-        .as_table_mut()
-        .ok_or_else(|| ConfigError::new(var, format!("`{key}` is not a table in the file")))
-}
-
-fn apply_env(table: &mut Table, var: &str, path: &str, raw: &str) -> Result<()> {
-    let parts: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
-    if parts.iter().any(String::is_empty) {
-        return Err(ConfigError::new(var, "has an empty segment"));
-    }
-    match parts.as_slice() {
-        [section, rest @ ..] if section == "channel" => {
-            let [entry, keys @ ..] = rest else {
-                return Err(ConfigError::new(var, "must be HERALD__CHANNEL__{index or name}__{key}"));
-            };
-            if keys.is_empty() {
-                return Err(ConfigError::new(var, "must be HERALD__CHANNEL__{index or name}__{key}"));
-            }
-            let channels = table
-                .entry("channel")
-                .or_insert_with(|| Value::Array(Vec::new()))
-                .as_array_mut()
-                .ok_or_else(|| ConfigError::new(var, "`channel` is not an array of tables in the file"))?;
-            let index = match entry.parse::<usize>() {
-                Ok(index) if index <= channels.len() => index,
-                Ok(_) => {
-                    return Err(ConfigError::new(
-                        var,
-                        format!(
-                            "there are {} [[channel]] entries; the next index is {}",
-                            channels.len(),
-                            channels.len()
-                        ),
-                    ))
-                }
-                Err(_) => channels
-                    .iter()
-                    .position(|c| c.get("name").and_then(Value::as_str) == Some(entry.as_str()))
-                    .ok_or_else(|| {
-                    ConfigError::new(var, format!("no [[channel]] is named `{entry}` (use an index to add one)"))
-                })?,
-            };
-            if index == channels.len() {
-                channels.push(Value::Table(Table::new()));
-            }
-            let mut target = channels[index]
-                .as_table_mut()
-                .ok_or_else(|| ConfigError::new(var, "the [[channel]] entry is not a table"))?;
-            let (last, middle) = keys.split_last().expect("checked non-empty");
-            for key in middle {
-                target = table_at(target, key, var)?;
-            }
-            target.insert(last.clone(), channel_value(raw));
-        }
-        [section, key] => {
-            let kind = kind_of(section, key)
-                .or_else(|| key.strip_suffix("_file").and_then(|_| (section == "keys").then_some(Kind::Str)))
-                .ok_or_else(|| ConfigError::new(var, format!("`{section}.{key}` is not a configuration key")))?;
-            let value = env_value(var, kind, raw)?;
-            table_at(table, section, var)?.insert(key.clone(), value);
-        }
-        _ => return Err(ConfigError::new(var, "must be HERALD__SECTION__KEY")),
-    }
-    Ok(())
 }
 
 #[derive(Deserialize, Default)]
@@ -425,9 +264,10 @@ struct RawConfig {
     server: RawServer,
     auth: Option<RawAuth>,
     /// Parsed by hand: its keys are key ids.
-    keys: Option<Table>,
+    keys: Option<Dict>,
     #[serde(default)]
     worker: RawWorker,
+    /// Decoded one by one, so that an error names the entry by its name.
     #[serde(default)]
     channel: Vec<Value>,
     #[serde(default)]
@@ -517,15 +357,15 @@ impl RawAuth {
     }
 }
 
-fn resolve_keys(mut table: Table, base: &Path) -> Result<KeysConfig> {
+fn resolve_keys(mut table: Dict, base: &Path) -> Result<KeysConfig> {
     let current = match table.remove("current") {
-        Some(Value::String(current)) => current,
+        Some(Value::String(_, current)) => current,
         Some(_) => return Err(ConfigError::new("keys.current", "must be a string (a key id)")),
         None => return Err(ConfigError::new("keys.current", "is required: the id of the key that encrypts")),
     };
     let mut keys: Vec<(String, SecretString)> = Vec::new();
     for (name, value) in table {
-        let Value::String(text) = value else {
+        let Value::String(_, text) = value else {
             return Err(ConfigError::new(format!("keys.{name}"), "must be a string"));
         };
         let (id, key) = match name.strip_suffix("_file") {
@@ -595,11 +435,12 @@ impl RawConfig {
         let mut channels = Vec::with_capacity(self.channel.len());
         let mut names = HashSet::new();
         for (i, entry) in self.channel.into_iter().enumerate() {
-            let label = match entry.get("name").and_then(Value::as_str) {
+            let label = match entry.find_ref("name").and_then(Value::as_str) {
                 Some(name) => format!("channel.{name}"),
                 None => format!("channel[{i}]"),
             };
-            let channel: ChannelConfig = deserialize(entry, &label)?;
+            let channel =
+                ChannelConfig::deserialize(&entry).map_err(|error| sources::decoding_error(&error, &label))?;
             channel.validate().map_err(|error| ConfigError::new(error.key, error.reason))?;
             if !names.insert(channel.name.clone()) {
                 return Err(ConfigError::new(

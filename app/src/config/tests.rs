@@ -304,3 +304,88 @@ fn debug_output_holds_no_secret() {
     let text = format!("{config:?}");
     assert!(!text.contains("pw@") && !text.contains("svc-1") && !text.contains("0123456789abcdef0123"), "{text}");
 }
+
+#[test]
+fn any_error_about_a_value_a_variable_set_names_the_variable() {
+    refused("", &[("HERALD__WORKER__CONCURRENCY", "0")], "worker.concurrency", "(set by HERALD__WORKER__CONCURRENCY)");
+    refused(
+        "",
+        &[("HERALD__DATABASE__URL_FILE", "missing")],
+        "database.url_file",
+        "(set by HERALD__DATABASE__URL_FILE)",
+    );
+    // The file's own values name no variable, also in a section a variable touched.
+    let error = load("[worker]\nconcurrency = 0\n", &[("HERALD__WORKER__BATCH", "2")]).unwrap_err();
+    assert_eq!(error.key, "worker.concurrency");
+    assert!(!error.reason.contains("set by"), "{error}");
+    refused("[keys]\ncurrent = \"k1\"\n", &[("HERALD__KEYS__CURRENT", "k1")], "keys", "has no key");
+    assert!(!load("[keys]\n", &[("HERALD__KEYS__CURRENT", "k1")]).unwrap_err().reason.contains("set by"));
+}
+
+#[test]
+fn environment_values_are_typed_by_their_key_not_by_their_look() {
+    let config = load(
+        "",
+        &[
+            ("HERALD__AUTH__USER_TOKEN_SECRET", "12345678901234567890"),
+            ("HERALD__AUTH__ADMIN_TOKENS", "123"),
+            ("HERALD__DATABASE__URL", "\"quoted\""),
+        ],
+    )
+    .expect("valid");
+    let auth = config.auth.unwrap();
+    assert_eq!(auth.user_token_secret.expose_secret(), "12345678901234567890");
+    assert_eq!(auth.admin_tokens[0].expose_secret(), "123");
+    assert_eq!(config.database.url.unwrap().expose_secret(), "\"quoted\"");
+}
+
+#[test]
+fn no_refused_value_is_quoted() {
+    let error = load("[log]\nformat = \"hunter2\"\n", &[]).unwrap_err();
+    assert_eq!(error.key, "log.format");
+    assert!(!error.to_string().contains("hunter2") && error.reason.contains("`human` or `json`"), "{error}");
+    let error = load("[[channel]]\nname = \"p\"\nkind = \"hunter2\"\nurl = \"http://x\"\n", &[]).unwrap_err();
+    assert_eq!(error.key, "channel.p.kind");
+    assert!(!error.to_string().contains("hunter2"), "{error}");
+    let error = load("[database]\nmax_connections = -7777\n", &[]).unwrap_err();
+    assert_eq!(error.key, "database.max_connections");
+    assert!(!error.to_string().contains("7777"), "{error}");
+    let error = load("[auth]\nservice_tokens = [\"a\", 7777]\n", &[]).unwrap_err();
+    assert_eq!(error.key, "auth.service_tokens[1]");
+    assert!(!error.to_string().contains("7777"), "{error}");
+}
+
+#[test]
+fn channel_overrides_apply_in_the_order_given() {
+    // An entry added by index can be addressed by its name afterwards; nested tables are made on the way.
+    let config = load(
+        "",
+        &[
+            ("HERALD__WORKER__LEASE_MS", "7000"),
+            ("HERALD__CHANNEL__0__NAME", "sms"),
+            ("HERALD__CHANNEL__0__KIND", "queryable"),
+            ("HERALD__CHANNEL__SMS__URL", "http://127.0.0.1:9002"),
+            ("HERALD__CHANNEL__SMS__DIGEST__INSTANT_PER_HOUR", "3"),
+            ("HERALD__CHANNEL__1__NAME", "push"),
+            ("HERALD__CHANNEL__1__KIND", "webhook"),
+            ("HERALD__CHANNEL__1__URL", "http://127.0.0.1:9001"),
+        ],
+    )
+    .expect("valid");
+    let names: Vec<&str> = config.channels.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["sms", "push"]);
+    assert_eq!(config.channels[0].digest.unwrap().instant_per_hour, 3);
+    // The file's shapes are kept: channels are an array of tables, sections are tables.
+    refused("channel = 5\n", &[("HERALD__CHANNEL__0__URL", "x")], "HERALD__CHANNEL__0__URL", "array of tables");
+    refused("worker = 5\n", &[("HERALD__WORKER__BATCH", "2")], "HERALD__WORKER__BATCH", "not a table");
+}
+
+#[test]
+fn a_relative_file_named_by_a_variable_is_taken_from_the_configuration_folder() {
+    let dir = TempDir::new("relative");
+    dir.write("url", "postgres://from-file/db\n");
+    let path = dir.write("herald.toml", "");
+    let env = [("HERALD__DATABASE__URL_FILE".to_owned(), "url".to_owned())];
+    let config = Config::load(Some(&path), env).expect("valid");
+    assert_eq!(config.database.url.unwrap().expose_secret(), "postgres://from-file/db");
+}
