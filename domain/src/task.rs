@@ -257,6 +257,13 @@ impl Observation {
     }
 }
 
+/// Parked (SPEC §6): the outcome is unknown, a human must decide, and no worker will claim the task
+/// again. The one definition; the store's SQL spelling of it is `herald_postgres::PARKED`.
+#[must_use]
+pub fn is_parked(state: TaskState, needs_review: bool, next_attempt_at: Option<Timestamp>) -> bool {
+    state == TaskState::Unknown && needs_review && next_attempt_at.is_none()
+}
+
 /// The fields of a task that decisions read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskSnapshot {
@@ -293,7 +300,7 @@ impl TaskSnapshot {
     /// Parked: uncertain, waiting for a human, and never claimed again (SPEC §6).
     #[must_use]
     pub fn is_parked(&self) -> bool {
-        self.state == TaskState::Unknown && self.needs_review && self.next_attempt_at.is_none()
+        is_parked(self.state, self.needs_review, self.next_attempt_at)
     }
 
     /// The runnable predicate of the claim query (SPEC §4).
@@ -353,7 +360,7 @@ impl Transition {
 
     #[must_use]
     pub fn is_parked(&self) -> bool {
-        self.state == TaskState::Unknown && self.needs_review && self.next_attempt_at.is_none()
+        is_parked(self.state, self.needs_review, self.next_attempt_at)
     }
 
     /// The snapshot a task has after this transition is stored (the lease is released).

@@ -194,7 +194,7 @@ pub struct TaskView {
 impl TaskView {
     #[must_use]
     pub fn is_parked(&self) -> bool {
-        self.state == TaskState::Unknown && self.needs_review && self.next_attempt_at.is_none()
+        herald_domain::task::is_parked(self.state, self.needs_review, self.next_attempt_at)
     }
 
     /// The outcome sequence of the attempts, oldest first (what the reference cases assert).

@@ -195,11 +195,11 @@ async fn spare_standins(ports: [u16; 3]) -> Option<[StandIn; 3]> {
 }
 
 async fn settled_and_total(store: &herald_postgres::PgStore) -> anyhow::Result<(u64, u64)> {
-    let (settled, total): (i64, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE state IN ('SENT', 'FAILED', 'SUPPRESSED') \
-                OR (state = 'UNKNOWN' AND needs_review AND next_attempt_at IS NULL)), count(*) \
-         FROM delivery_task",
-    )
+    let (settled, total): (i64, i64) = sqlx::query_as(&format!(
+        "SELECT count(*) FILTER (WHERE t.state IN ('SENT', 'FAILED', 'SUPPRESSED') OR {}), count(*) \
+         FROM delivery_task t",
+        herald_postgres::PARKED
+    ))
     .fetch_one(store.pool())
     .await
     .context("cannot count tasks")?;

@@ -39,8 +39,12 @@ fn is_settled(view: &TaskView) -> bool {
 }
 
 /// Tasks that are neither final nor parked: still owed work by some worker.
-const UNSETTLED: &str = "SELECT count(*) FROM delivery_task WHERE NOT (state IN ('SENT', 'FAILED', 'SUPPRESSED') \
-     OR (state = 'UNKNOWN' AND needs_review AND next_attempt_at IS NULL))";
+fn unsettled() -> String {
+    format!(
+        "SELECT count(*) FROM delivery_task t WHERE NOT (t.state IN ('SENT', 'FAILED', 'SUPPRESSED') OR {})",
+        herald_postgres::PARKED
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_task_wakes_an_idle_worker_through_notify() {
@@ -161,7 +165,7 @@ async fn workers_survive_killed_database_connections_and_lose_nothing() {
     let cycles_after_kills: Vec<u64> = workers.iter().map(|w| w.cycles_run()).collect();
 
     let t_kills = t0.elapsed();
-    wait_until("every task to settle", || async { matches!(world.db.count(UNSETTLED).await, Ok(0)) }).await;
+    wait_until("every task to settle", || async { matches!(world.db.count(&unsettled()).await, Ok(0)) }).await;
     let t_settled = t0.elapsed();
     for (worker, before) in workers.iter().zip(cycles_after_kills) {
         // Idle loops poll every 50 ms, so a live loop keeps counting cycles.
