@@ -12,7 +12,7 @@ use herald_ports::store::{
     NotificationStore, NotificationView, ResolveError, Resolved, StoreError, TaskCount, TaskView,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{Connection as _, PgConnection, PgPool};
 
 use crate::clock::PgClock;
 use crate::convert::store_error;
@@ -95,13 +95,59 @@ impl PgStore {
 }
 
 async fn connect_pool(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
-    let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| StoreError::Unknown(e.into()))?;
+    // sqlx's parse error may quote the URL, password included: say only what is wrong.
+    let options: PgConnectOptions = url.parse().map_err(|_: sqlx::Error| {
+        StoreError::Unknown(anyhow::anyhow!("database.url is not a valid postgres:// URL"))
+    })?;
+    // One connection first, outside the pool: a pool would retry until its acquire timeout and then
+    // report only "timed out", hiding the cause (refused, no such database, authentication).
+    match PgConnection::connect_with(&options).await {
+        Ok(conn) => {
+            let _ = conn.close().await;
+        }
+        Err(error) => return Err(connect_failure(&options, &error)),
+    }
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
         .await
         .map_err(store_error)
+}
+
+/// The URL of `options` as an operator can show it: no password, ever.
+#[must_use]
+pub fn redacted_url(options: &PgConnectOptions) -> String {
+    let database = options.get_database().unwrap_or("");
+    format!("postgres://{}@{}:{}/{database}", options.get_username(), options.get_host(), options.get_port())
+}
+
+/// A failed first connection, as one line: where (the URL without password), the cause (its innermost
+/// message, once), and what usually fixes it.
+fn connect_failure(options: &PgConnectOptions, error: &sqlx::Error) -> StoreError {
+    let place = redacted_url(options);
+    let (cause, hint) = match error {
+        sqlx::Error::Io(io) => (
+            io.to_string(),
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    "is PostgreSQL running there? (scripts/ensure-postgres.sh finds or starts one)"
+                }
+                _ => "is the host reachable and the port right?",
+            },
+        ),
+        sqlx::Error::Database(db) => (
+            db.message().to_owned(),
+            match db.code().as_deref() {
+                Some("3D000") => "create it (CREATE DATABASE …) on that server, then run `herald migrate`",
+                Some("28P01" | "28000") => "check the user and password of database.url",
+                _ => "",
+            },
+        ),
+        other => (other.to_string(), ""),
+    };
+    let hint = if hint.is_empty() { String::new() } else { format!(" — {hint}") };
+    StoreError::Unavailable(anyhow::anyhow!("cannot connect to {place}: {cause}{hint}"))
 }
 
 #[async_trait]

@@ -37,9 +37,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP API and the workers in one process.
-    Serve,
+    Serve(ServiceArgs),
     /// Run only the workers (claim → call → finish), as many as `worker.concurrency`.
-    Worker,
+    Worker(ServiceArgs),
     /// Apply the database migrations, then exit.
     Migrate,
     /// Start a self-contained demonstration (a private database when `database.url` is absent).
@@ -53,6 +53,14 @@ pub enum Command {
     /// Bearer tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+}
+
+/// `herald serve` and `herald worker`.
+#[derive(Debug, Args)]
+pub struct ServiceArgs {
+    /// Apply the database migrations before starting (without it, an unmigrated database is refused).
+    #[arg(long)]
+    pub migrate: bool,
 }
 
 /// `herald demo`: runs the `herald-demo` program installed beside `herald` with these arguments
@@ -134,7 +142,9 @@ pub fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
 pub(crate) fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log.level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a log file or a pipe gets no escape codes.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
     // Failure means a subscriber is set already (only in tests); keep it.
     let _ = match config.log.format {
         LogFormat::Human => builder.try_init(),
@@ -189,8 +199,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{report}");
             Ok(())
         }
-        Command::Serve => crate::service::serve(config, true).await,
-        Command::Worker => crate::service::serve(config, false).await,
+        Command::Serve(args) => crate::service::serve(config, true, args.migrate).await,
+        Command::Worker(args) => crate::service::serve(config, false, args.migrate).await,
         Command::Keys(KeysCommand::Generate) | Command::Demo(_) => unreachable!("handled before loading"),
     }
 }

@@ -76,7 +76,7 @@ impl Services {
             store = store
                 .with_finish_pool(url.expose_secret(), config.worker.concurrency.max(2))
                 .await
-                .context("cannot connect to the database (database.url)")?;
+                .context("database.url")?;
         }
         let clock: Arc<dyn Clock> = Arc::new(store.clock());
         let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock);
@@ -148,10 +148,12 @@ pub fn channel_table(registry: &dyn ChannelRegistry) -> ChannelTable {
 /// No `database.url`, or no connection.
 pub async fn connect(config: &Config, command: &str) -> anyhow::Result<PgStore> {
     let url = config.require_database_url(command)?;
-    // The store's error never carries the URL; neither does this message.
-    PgStore::connect(url.expose_secret(), config.database.max_connections)
-        .await
-        .context("cannot connect to the database (database.url)")
+    // The store's message names the server without its password, the cause and the usual fix.
+    PgStore::connect(url.expose_secret(), config.database.max_connections).await.map_err(|error| match error {
+        herald_ports::StoreError::Unavailable(cause) | herald_ports::StoreError::Unknown(cause) => {
+            cause.context("database.url")
+        }
+    })
 }
 
 /// `/readyz` of `herald serve`: the database answers and every migration is applied. Public so the

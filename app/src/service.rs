@@ -43,7 +43,7 @@ const GAUGE_REFRESH: Duration = Duration::from_secs(5);
 ///
 /// # Errors
 /// Configuration, connection, listener or HTTP server failures.
-pub async fn serve(config: Config, with_api: bool) -> anyhow::Result<()> {
+pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Result<()> {
     let command = if with_api { "serve" } else { "worker" };
     crate::cli::init_logging(&config);
     let authenticator = if with_api {
@@ -54,8 +54,14 @@ pub async fn serve(config: Config, with_api: bool) -> anyhow::Result<()> {
     };
     let (store, services) = Services::from_config(&config, command, true).await?;
     let metrics = crate::metrics::install()?;
-    if !store.is_migrated().await {
-        tracing::warn!("the database is not migrated; run `herald migrate` (readiness reports not ready)");
+    if migrate {
+        store.migrate().await.context("migrations failed")?;
+        tracing::info!("migrations applied");
+    } else if !store.is_migrated().await {
+        anyhow::bail!(
+            "the database of database.url is not migrated (or was migrated by an older herald): run `herald \
+             migrate` first, or start with `herald {command} --migrate`"
+        );
     }
 
     // Bound before any worker starts, so a taken port fails the start-up cleanly.
