@@ -36,9 +36,17 @@ if [[ $targets == yes ]]; then
     exec cargo test "${scope[@]}" "$@"
 fi
 
+# The test databases (one per test, and their template) are dropped when the run ends, also after a
+# failure: nothing is left on the server. (A run that is killed leaves them to the next run, which drops
+# the databases of test processes that no longer exist.)
+cleanup() {
+    local bin=target/debug/herald-test-db
+    [[ -x $bin ]] && "$bin" drop-leftovers || true
+}
+
 # Every test binary's summary goes to a log too, so the run can end with one total line.
 results="$(mktemp)"
-trap 'rm -f "$results"' EXIT
+trap 'rm -f "$results"; cleanup' EXIT
 rc=0
 set +e
 cargo test "${scope[@]}" --all-targets "$@" 2>&1 | tee "$results"
@@ -48,9 +56,9 @@ set -e
 
 # Doc tests (not part of --all-targets). A chosen package without a library has none; that is not a failure.
 log="$(mktemp)"
-trap 'rm -f "$log" "$results"' EXIT
+trap 'rm -f "$log" "$results"; cleanup' EXIT
 set +e
-{ cargo test "${scope[@]}" --doc "$@" 2>&1 1>&3 3>&- | tee "$log" >&2 3>&-; } 3>&1
+cargo test "${scope[@]}" --doc "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 if [[ $rc -ne 0 ]] && grep -q 'no library targets found' "$log"; then

@@ -104,6 +104,43 @@ async fn drop_abandoned(conn: &mut PgConnection) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Drops what test runs left on the server: the databases of test processes that have exited, and —
+/// when no test process is running any more — the migrated template. `scripts/test.sh` calls it (through
+/// `herald-test-db drop-leftovers`) when a run ends, also after a failure. Returns the names dropped.
+///
+/// # Errors
+/// When the server cannot be reached.
+pub async fn drop_leftovers() -> anyhow::Result<Vec<String>> {
+    let mut conn = admin().await?;
+    sqlx::query("SELECT pg_advisory_lock(727001)").execute(&mut conn).await?;
+    let result = async {
+        let before: Vec<String> =
+            sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'herald\\_t%'")
+                .fetch_all(&mut conn)
+                .await?;
+        drop_abandoned(&mut conn).await?;
+        let live: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname LIKE 'herald\\_t\\_%'")
+            .fetch_one(&mut conn)
+            .await?;
+        if live == 0 {
+            let templates: Vec<String> =
+                sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'herald\\_tpl\\_%'")
+                    .fetch_all(&mut conn)
+                    .await?;
+            for name in templates {
+                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut conn).await?;
+            }
+        }
+        let after: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'herald\\_t%'")
+            .fetch_all(&mut conn)
+            .await?;
+        anyhow::Ok(before.into_iter().filter(|name| !after.contains(name)).collect())
+    }
+    .await;
+    sqlx::query("SELECT pg_advisory_unlock(727001)").execute(&mut conn).await?;
+    result
+}
+
 impl TestDb {
     /// A new, migrated, empty database.
     ///
