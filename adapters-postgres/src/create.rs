@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use herald_domain::digest::{decide_digest, DigestDecision, OpenDigest};
 use herald_domain::{ChannelName, ChannelRules, NotificationId, TaskId, TaskState, ThreadKey, Timestamp, UserId};
-use herald_ports::store::{ChannelTable, Created, NewNotification, StoreError, TaskSummary};
+use herald_ports::store::{ChannelTable, Created, Merged, NewNotification, StoreError, TaskSummary};
 use sqlx::{PgConnection, PgPool};
 
 use crate::convert::{channel_names, count_i32, from_db, store_error, to_db};
@@ -48,7 +48,8 @@ pub(crate) async fn create(
             .await
             .map_err(store_error)?;
         let tasks = task_summaries(pool, &new.user_id, NotificationId(id)).await?;
-        return Ok(Created { notification_id: NotificationId(id), created: false, tasks });
+        let merged = merged_into(pool, &new.user_id, NotificationId(id)).await?;
+        return Ok(Created { notification_id: NotificationId(id), created: false, tasks, merged });
     };
 
     sqlx::query("INSERT INTO inbox_item (user_id, notification_id, created_at) VALUES ($1, $2, $3)")
@@ -67,11 +68,12 @@ pub(crate) async fn create(
             .await
             .map_err(store_error)?;
 
-    let mut tasks = Vec::new();
+    let (mut tasks, mut merged) = (Vec::new(), Vec::new());
     for (channel, rules) in channels.0.iter().filter(|(name, _)| enabled.iter().any(|e| e == name.as_str())) {
         let budget = new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1);
-        if let Some(summary) = create_task(&mut tx, new, NotificationId(id), channel, rules, budget, now).await? {
-            tasks.push(summary);
+        match create_task(&mut tx, new, NotificationId(id), channel, rules, budget, now).await? {
+            Placed::Task(summary) => tasks.push(summary),
+            Placed::Merged(digest_task_id) => merged.push(Merged { channel: channel.clone(), digest_task_id }),
         }
     }
     if !tasks.is_empty() {
@@ -79,11 +81,35 @@ pub(crate) async fn create(
         notify_new_tasks(&mut tx).await?;
     }
     tx.commit().await.map_err(store_error)?;
-    Ok(Created { notification_id: NotificationId(id), created: true, tasks })
+    Ok(Created { notification_id: NotificationId(id), created: true, tasks, merged })
+}
+
+/// Where an event's prompt went on one channel.
+enum Placed {
+    /// A task of its own (an instant prompt, or a digest it opened).
+    Task(TaskSummary),
+    /// Merged into this open digest task.
+    Merged(TaskId),
+}
+
+/// The digests an existing notification's prompts were merged into, for a repeated submit.
+async fn merged_into(pool: &PgPool, user: &UserId, notification: NotificationId) -> Result<Vec<Merged>, StoreError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT channel, digest_task_id FROM digest_member WHERE user_id = $1 AND notification_id = $2 ORDER BY channel",
+    )
+    .bind(user.as_str())
+    .bind(notification.0)
+    .fetch_all(pool)
+    .await
+    .map_err(store_error)?;
+    Ok(rows
+        .into_iter()
+        .map(|(channel, task)| Merged { channel: ChannelName(channel), digest_task_id: TaskId(task) })
+        .collect())
 }
 
 /// Creates the task of one enabled channel for a new notification, or merges the event into an open
-/// digest (SPEC §7). Returns `None` when the event joined another notification's digest task.
+/// digest (SPEC §7).
 async fn create_task(
     conn: &mut PgConnection,
     new: &NewNotification,
@@ -92,7 +118,7 @@ async fn create_task(
     rules: &ChannelRules,
     budget: u32,
     now: Timestamp,
-) -> Result<Option<TaskSummary>, StoreError> {
+) -> Result<Placed, StoreError> {
     let mut due = now;
     let mut digest_count: Option<i32> = None;
     if let (Some(rule), Some(thread)) = (rules.digest, new.thread_key.as_ref()) {
@@ -155,7 +181,7 @@ async fn create_task(
                 .execute(&mut *conn)
                 .await
                 .map_err(store_error)?;
-                return Ok(None);
+                return Ok(Placed::Merged(task));
             }
         }
     }
@@ -176,7 +202,12 @@ async fn create_task(
     .fetch_one(&mut *conn)
     .await
     .map_err(store_error)?;
-    Ok(Some(TaskSummary { task_id: TaskId(id), reference, channel: channel.clone(), state: TaskState::Pending }))
+    Ok(Placed::Task(TaskSummary {
+        task_id: TaskId(id),
+        reference,
+        channel: channel.clone(),
+        state: TaskState::Pending,
+    }))
 }
 
 /// The tasks of an existing notification, as a duplicate submission answers them.

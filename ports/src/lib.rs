@@ -17,6 +17,6 @@ pub use clock::Clock;
 pub use prefs::{ChannelPref, PreferenceStore, StoredDestination};
 pub use store::{
     AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, FinishRecord, FinishResult,
-    InboxChannel, InboxItem, NewNotification, NotificationStore, NotificationView, ResolveError, Resolved, Settled,
-    StoreError, TaskCount, TaskSummary, TaskView,
+    InboxChannel, InboxItem, Merged, NewNotification, NotificationStore, NotificationView, ResolveError, Resolved,
+    Settled, StoreError, TaskCount, TaskSummary, TaskView,
 };

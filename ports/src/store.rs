@@ -68,6 +68,16 @@ pub struct Created {
     pub notification_id: NotificationId,
     pub created: bool,
     pub tasks: Vec<TaskSummary>,
+    /// Channels on which this event's external prompt was merged into a digest (SPEC §7) instead of
+    /// getting a task of its own: the digest task that will carry it.
+    pub merged: Vec<Merged>,
+}
+
+/// An event's prompt on one channel, merged into another notification's digest task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Merged {
+    pub channel: ChannelName,
+    pub digest_task_id: TaskId,
 }
 
 /// One claim cycle's parameters.

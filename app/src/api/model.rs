@@ -260,8 +260,22 @@ pub struct CreatedBody {
     pub notification_id: i64,
     /// False when the `(user_id, event_key)` was submitted before; the existing tasks are returned.
     pub created: bool,
-    /// One task per enabled channel; empty for an in-app-only notification.
+    /// One task per enabled channel whose prompt is this notification's own. Empty for an in-app-only
+    /// notification — and for one whose every prompt was merged into a digest (see `merged`).
     pub tasks: Vec<TaskSummaryBody>,
+    /// Channels on which the prompt was merged into another notification's digest task (SPEC §7): no
+    /// task of its own; the digest will mention it. The inbox item is kept either way. Absent when no
+    /// prompt was merged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<MergedBody>,
+}
+
+/// A prompt merged into a digest.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MergedBody {
+    pub channel: String,
+    /// The digest task that carries this event's prompt.
+    pub digest_task_id: i64,
 }
 
 impl From<&Created> for CreatedBody {
@@ -270,6 +284,11 @@ impl From<&Created> for CreatedBody {
             notification_id: created.notification_id.0,
             created: created.created,
             tasks: created.tasks.iter().map(TaskSummaryBody::from).collect(),
+            merged: created
+                .merged
+                .iter()
+                .map(|m| MergedBody { channel: m.channel.to_string(), digest_task_id: m.digest_task_id.0 })
+                .collect(),
         }
     }
 }

@@ -143,6 +143,7 @@ fn created(created: bool) -> Created {
             channel: ChannelName::new("push"),
             state: TaskState::Pending,
         }],
+        merged: Vec::new(),
     }
 }
 

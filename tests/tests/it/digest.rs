@@ -135,3 +135,31 @@ async fn a_digest_lives_as_long_as_its_longest_lived_event() {
     let words: Vec<_> = joined.channels.iter().map(herald_app::api::routes::status_text).collect();
     assert_eq!(words, ["expired"], "the merged event says what happened to its digest");
 }
+
+/// The answer to a submit whose prompt joined a digest says so: no task of its own, and the digest task
+/// that carries it under `merged` — distinguishable from an in-app-only notification. A repeated submit
+/// answers the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_event_says_so_in_the_submit_answer() {
+    use herald_tests::api::{Api, SERVICE_TOKEN};
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let world = world().await;
+    world.user("u1", &["push"]).await.expect("user");
+    let api = Api::start(&world).await.expect("api");
+    let submit = |n: u32| {
+        json!({"user_id": "u1", "event_key": format!("e{n}"), "body": "Update", "ttl_seconds": 7200,
+               "thread_key": "order-1"})
+    };
+    let mut answers = Vec::new();
+    for n in 0..5 {
+        answers.push(api.post("/v1/notifications", Some(SERVICE_TOKEN), &submit(n)).await.ok(StatusCode::CREATED));
+    }
+    let digest = answers[3]["tasks"][0]["task_id"].as_i64().expect("the 4th opens the digest");
+    assert!(answers[3].get("merged").is_none(), "nothing merged: {}", answers[3]);
+    assert_eq!(answers[4]["tasks"], json!([]), "no task of its own");
+    assert_eq!(answers[4]["merged"], json!([{"channel": "push", "digest_task_id": digest}]));
+    let again = api.post("/v1/notifications", Some(SERVICE_TOKEN), &submit(4)).await.ok(StatusCode::OK);
+    assert_eq!(again["merged"], answers[4]["merged"], "a repeated submit answers the same");
+}
