@@ -20,6 +20,8 @@ if [[ $configured == no ]]; then
     scripts/ensure-postgres.sh --install || true
 fi
 
-# `herald demo` runs the herald-demo program beside it: build both.
-cargo build --release -p herald-app -p herald-demo
-exec target/release/herald demo "$@"
+# `herald demo` runs the herald-demo program beside it: build both. The dev profile is the one the test
+# suite builds too, so running the demo and the tests builds the dependencies once, not twice; the demo
+# does not need an optimised build.
+cargo build -p herald-app -p herald-demo
+exec target/debug/herald demo "$@"

@@ -385,6 +385,9 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     };
     print_summary(&report);
     print_next_steps(&options, &report, &parked, &base, &service_token, &admin_token, &auth, (&db_url, showable));
+    if !options.exit {
+        print_walkthrough_lines(&server_url)?;
+    }
 
     let mut spares = None;
     if !options.exit {
@@ -448,7 +451,7 @@ fn print_submissions(s: &submit::Submitted) {
     println!("  {:<52} {}, nothing written", "an invalid submit (ttl_seconds: 0)", s.invalid_status);
     println!("  {:<52} {cases} x 201, one task each, stand-ins scripted:", format!("{cases} scripted cases"));
     for case in CASES {
-        println!("    {:<20} {:<5} {:<48} expect {}", case.id, case.channel.name(), case.scripted, case.end.label());
+        println!("{}", case_line(case));
     }
     println!("  {} tasks in all", s.tasks);
 }
@@ -478,6 +481,32 @@ fn print_summary(report: &DemoReport) {
         report.cases.len(),
         if unexpected == 0 { "" } else { " — see UNEXPECTED above" }
     );
+}
+
+/// The lines the README's walkthrough asks to paste into a second terminal: its database on the demo's
+/// server, exactly.
+fn print_walkthrough_lines(server_url: &str) -> anyhow::Result<()> {
+    let (walkthrough, showable) = with_database(server_url, "herald")?;
+    let (admin, _) = with_database(server_url, "postgres")?;
+    println!("\nFor the README walkthrough, paste into a second terminal (from the repository's folder):");
+    if showable {
+        println!("  export HERALD__DATABASE__URL={walkthrough}");
+        println!("  psql {admin} -c 'CREATE DATABASE herald'");
+    } else {
+        println!("  export HERALD__DATABASE__URL=<your server's URL, database herald>   # it has a password");
+    }
+    Ok(())
+}
+
+/// One scripted case as listed before the run, columns aligned by display width.
+fn case_line(case: &scenario::Case) -> String {
+    format!(
+        "    {:<20} {:<5} {} expect {}",
+        case.id,
+        case.channel.name(),
+        summary::pad(case.scripted, 48),
+        case.end.label()
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -510,8 +539,16 @@ fn print_next_steps(
             outcomes.join(", ")
         );
     }
-    let notification = report.submitted.notifications.iter().next().copied().unwrap_or(1);
+    if options.exit {
+        println!(
+            "\nThe API and the stand-ins have stopped (--exit). Run scripts/demo.sh without --exit to keep them \
+             running and try the API."
+        );
+        return;
+    }
+    // The notification and the inbox shown are the same user's: user-01's order.
     let user = scenario::user(1);
+    let notification = report.submitted.first_order.unwrap_or(1);
     println!("\nTry the API (while the demo runs):");
     println!("  curl -s {base}/v1/notifications/{notification} -H 'Authorization: Bearer {service_token}'");
     println!(
@@ -531,4 +568,27 @@ fn print_next_steps(
         );
     }
     println!("  curl -s {base}/metrics");
+}
+
+#[cfg(test)]
+mod tests {
+    use unicode_width::UnicodeWidthStr as _;
+
+    use super::*;
+
+    /// The row with Miaotixing's Chinese refusal text lines up with the others: the "expect" column
+    /// starts at the same terminal column on every row.
+    #[test]
+    fn case_rows_align_by_display_width() {
+        let columns: Vec<usize> = CASES
+            .iter()
+            .map(|case| {
+                let line = case_line(case);
+                line[..line.find(" expect ").expect("expect column")].width()
+            })
+            .collect();
+        assert!(CASES.iter().any(|c| c.scripted.contains("参数格式有误")), "the table has a Chinese row");
+        assert!(columns.windows(2).all(|w| w[0] == w[1]), "{columns:?}");
+        assert_eq!(summary::pad("参数格式有误", 14).width(), 14);
+    }
 }

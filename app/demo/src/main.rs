@@ -39,7 +39,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // Warnings only by default: the demo's own output is the story.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).try_init();
     let configured = match args.database_url.as_deref().filter(|url| !url.trim().is_empty()) {
         Some(url) => Some(secrecy::SecretString::from(url.to_owned())),
         None => herald_app::config::Config::load(args.config.as_deref(), std::env::vars())?.database.url,

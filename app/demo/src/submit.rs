@@ -103,6 +103,8 @@ impl Api<'_> {
 pub struct Submitted {
     /// Every notification id seen (created or returned for a duplicate).
     pub notifications: BTreeSet<i64>,
+    /// The order notification of the first background user (`scenario::user(1)`).
+    pub first_order: Option<i64>,
     /// Background notifications answered 201.
     pub created: u64,
     /// Submits answered 200 `created: false` (background duplicates and the repeated event).
@@ -166,6 +168,7 @@ pub async fn submit_mix(api: &Api<'_>, push: &StandIn, sms: &StandIn, miao: &Sta
     .buffered(8)
     .try_collect::<Vec<_>>()
     .await?;
+    out.first_order = orders.first().map(|(_, created)| created.notification_id);
     for (status, created) in &orders {
         ensure!(*status == 201 && created.created, "a first submit was not created");
         out.created += 1;

@@ -203,10 +203,10 @@ pub fn case_table(results: &[CaseResult]) -> String {
         let end = result.end.map_or("not settled", End::label);
         let _ = writeln!(
             out,
-            "  {mark:<3} {:<20} {:<5} {:<44} -> {:<16} [{}], {} real send{}",
+            "  {mark:<3} {:<20} {:<5} {} -> {:<16} [{}], {} real send{}",
             case.id,
             case.channel.name(),
-            case.scripted,
+            pad(case.scripted, 44),
             end,
             result.outcomes.join(", "),
             result.sends,
@@ -225,4 +225,13 @@ pub fn case_table(results: &[CaseResult]) -> String {
         }
     }
     out
+}
+
+/// `text` followed by spaces up to `width` terminal columns. `format!`'s `{:<N}` counts characters, and a
+/// Chinese character takes two columns (`参数格式有误` is 6 characters, 12 columns), which would push the
+/// rest of its row out of line.
+#[must_use]
+pub fn pad(text: &str, width: usize) -> String {
+    let used = unicode_width::UnicodeWidthStr::width(text);
+    format!("{text}{}", " ".repeat(width.saturating_sub(used)))
 }

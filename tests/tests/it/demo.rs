@@ -1,6 +1,7 @@
 //! `herald demo` end to end against the test server (`DATABASE_URL`): its scripted mix must end as the
 //! scenario table says, with no user prompted twice.
 
+use futures::FutureExt as _;
 use herald_demo::scenario::{self, Ch, End, CASES};
 use herald_demo::{self as demo, DemoOptions, Server};
 use secrecy::SecretString;
@@ -56,4 +57,40 @@ async fn the_demo_mix_ends_as_its_scenario_table_says() {
 
     let mut conn = sqlx::PgConnection::connect(&herald_tests::db::server_url()).await.expect("server");
     sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).execute(&mut conn).await.expect("drop");
+}
+
+/// The demo's private PostgreSQL (the project's one, `scripts/ensure-postgres.sh`) is checked before it
+/// is reused: a cluster whose server died (killed, leaving its pid file) is started again, and answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_private_cluster_is_restarted_not_trusted() {
+    let base = std::env::temp_dir().join(format!("herald-pg-restart-{}", std::process::id()));
+    let first = herald_demo::postgres::ensure(Some(&base)).await.expect("a private cluster starts");
+    let answers = |url: String| async move {
+        match sqlx::PgConnection::connect(&url).await {
+            Ok(conn) => conn.close().await.is_ok(),
+            Err(_) => false,
+        }
+    };
+    assert!(answers(first.url("postgres")).await, "it answers");
+
+    // Kill the server the hard way: its pid file stays behind, claiming a server that is gone.
+    let pid_file = std::fs::read_dir(&base)
+        .expect("cluster folder")
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("data").join("postmaster.pid"))
+        .find(|path| path.is_file())
+        .expect("postmaster.pid");
+    let pid: i32 =
+        std::fs::read_to_string(&pid_file).expect("pid file").lines().next().expect("pid").parse().expect("pid");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
+    herald_tests::wait::wait_until("the killed server to stop answering", || {
+        answers(first.url("postgres")).map(|a| !a)
+    })
+    .await;
+    assert!(pid_file.is_file(), "the stale pid file is still there");
+
+    let second = herald_demo::postgres::ensure(Some(&base)).await.expect("restarted");
+    assert!(answers(second.url("postgres")).await, "it answers again");
+    herald_demo::postgres::stop(Some(&base)).await.expect("stop");
+    let _ = std::fs::remove_dir_all(&base);
 }
