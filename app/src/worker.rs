@@ -180,6 +180,15 @@ impl Worker {
             if let Some(outcome) = settled.outcome {
                 metrics::record_attempt(&settled.channel, outcome);
             }
+            if settled.parked {
+                tracing::warn!(
+                    task_id = %settled.task_id,
+                    channel = %settled.channel,
+                    outcome = settled.outcome.map_or("-", |o| o.as_str()),
+                    "task parked at claim: it may already have been sent, and no automatic action is safe; \
+                     it waits for a human (herald review list)"
+                );
+            }
             reports.push(match settled.state {
                 TaskState::Suppressed => Report::Suppressed(settled.task_id),
                 _ if settled.parked => Report::Parked(settled.task_id),
@@ -350,6 +359,14 @@ impl Worker {
         match written {
             FinishResult::Applied => {
                 metrics::record_attempt(&task.channel, outcome);
+                if record.transition.is_parked() {
+                    tracing::warn!(
+                        outcome = %outcome,
+                        reason = record.transition.reason.unwrap_or("-"),
+                        "task parked: the outcome is unknown and no automatic action is safe; it waits for a \
+                         human (herald review list)"
+                    );
+                }
                 metrics::record_claim_to_finish(&task.channel, claimed_at.elapsed());
                 tracing::debug!(outcome = %outcome, state = %record.transition.state, "attempt finished");
                 Ok(report)
