@@ -4,11 +4,13 @@
 
 use chrono::{DateTime, Utc};
 use herald_domain::digest::{decide_digest, DigestDecision, OpenDigest};
-use herald_domain::{ChannelName, ChannelRules, NotificationId, TaskId, TaskState, ThreadKey, Timestamp, UserId};
-use herald_ports::store::{ChannelTable, Created, Merged, NewNotification, StoreError, TaskSummary};
+use herald_domain::{
+    ChannelName, ChannelRules, EventKey, Millis, NotificationId, TaskId, TaskState, ThreadKey, Timestamp, UserId,
+};
+use herald_ports::store::{ChannelTable, Created, Merged, NewNotification, StoreError, StoredSubmission, TaskSummary};
 use sqlx::{PgConnection, PgPool};
 
-use crate::convert::{channel_names, count_i32, from_db, store_error, to_db};
+use crate::convert::{channel_names, count_i32, count_u32, from_db, store_error, to_db};
 use crate::notify::notify_new_tasks;
 use crate::rows::TaskSummaryRow;
 
@@ -41,15 +43,17 @@ pub(crate) async fn create(
         // A duplicate: nothing to write. Under READ COMMITTED the conflicting insert waited for the
         // other transaction, and this new statement sees its committed row.
         tx.rollback().await.map_err(store_error)?;
-        let id: i64 = sqlx::query_scalar("SELECT id FROM notification WHERE user_id = $1 AND event_key = $2")
-            .bind(new.user_id.as_str())
+        let stored: SubmissionRow = sqlx::query_as(SUBMISSION_QUERY)
+            .bind(vec![new.user_id.as_str().to_owned()])
             .bind(new.event_key.as_str())
             .fetch_one(pool)
             .await
             .map_err(store_error)?;
-        let tasks = task_summaries(pool, &new.user_id, NotificationId(id)).await?;
-        let merged = merged_into(pool, &new.user_id, NotificationId(id)).await?;
-        return Ok(Created { notification_id: NotificationId(id), created: false, tasks, merged });
+        let id = NotificationId(stored.id);
+        let differs = stored.into_submission().differences(new);
+        let tasks = task_summaries(pool, &new.user_id, id).await?;
+        let merged = merged_into(pool, &new.user_id, id).await?;
+        return Ok(Created { notification_id: id, created: false, tasks, merged, differs });
     };
 
     sqlx::query("INSERT INTO inbox_item (user_id, notification_id, created_at) VALUES ($1, $2, $3)")
@@ -81,7 +85,50 @@ pub(crate) async fn create(
         notify_new_tasks(&mut tx).await?;
     }
     tx.commit().await.map_err(store_error)?;
-    Ok(Created { notification_id: NotificationId(id), created: true, tasks, merged })
+    Ok(Created { notification_id: NotificationId(id), created: true, tasks, merged, differs: Vec::new() })
+}
+
+/// The stored submissions of `$2` (an event key) for the users `$1`.
+const SUBMISSION_QUERY: &str = "SELECT id, user_id, body, thread_key, max_attempts, \
+     (extract(epoch FROM expires_at - created_at) * 1000)::bigint AS ttl_ms \
+     FROM notification WHERE user_id = ANY($1) AND event_key = $2";
+
+#[derive(sqlx::FromRow)]
+struct SubmissionRow {
+    id: i64,
+    user_id: String,
+    body: String,
+    thread_key: Option<String>,
+    max_attempts: Option<i32>,
+    ttl_ms: i64,
+}
+
+impl SubmissionRow {
+    fn into_submission(self) -> StoredSubmission {
+        StoredSubmission {
+            user_id: UserId(self.user_id),
+            body: self.body,
+            ttl: Millis(u64::try_from(self.ttl_ms).unwrap_or(0)),
+            thread_key: self.thread_key.map(ThreadKey),
+            max_attempts: self.max_attempts.map(count_u32),
+        }
+    }
+}
+
+/// The submissions stored under `event_key` for any of `users` (served by the unique key).
+pub(crate) async fn submitted(
+    pool: &PgPool,
+    event_key: &EventKey,
+    users: &[UserId],
+) -> Result<Vec<StoredSubmission>, StoreError> {
+    let users: Vec<String> = users.iter().map(|u| u.as_str().to_owned()).collect();
+    let rows: Vec<SubmissionRow> = sqlx::query_as(SUBMISSION_QUERY)
+        .bind(users)
+        .bind(event_key.as_str())
+        .fetch_all(pool)
+        .await
+        .map_err(store_error)?;
+    Ok(rows.into_iter().map(SubmissionRow::into_submission).collect())
 }
 
 /// Where an event's prompt went on one channel.

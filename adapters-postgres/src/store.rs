@@ -6,10 +6,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use herald_domain::egress::EgressDecision;
 use herald_domain::resolve::FinalState;
-use herald_domain::{ChannelName, ChannelRules, NotificationId, TaskId, Timestamp, UserId};
+use herald_domain::{ChannelName, ChannelRules, EventKey, NotificationId, TaskId, Timestamp, UserId};
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, Created, FinishRecord, FinishResult, GiveBack, InboxItem, NewNotification,
-    NotificationStore, NotificationView, ResolveError, Resolved, StoreError, TaskCount, TaskView,
+    NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection as _, PgConnection, PgPool};
@@ -160,6 +160,10 @@ impl NotificationStore for PgStore {
         now: Timestamp,
     ) -> Result<Created, StoreError> {
         create::create(&self.pool, new, channels, now).await
+    }
+
+    async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError> {
+        create::submitted(&self.pool, event_key, users).await
     }
 
     #[tracing::instrument(skip_all, fields(worker = %request.worker))]

@@ -19,6 +19,7 @@ pub mod finish;
 pub mod ids;
 pub mod resolve;
 pub mod retry;
+pub mod submission;
 pub mod task;
 pub mod time;
 

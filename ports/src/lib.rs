@@ -18,5 +18,5 @@ pub use prefs::{ChannelPref, PreferenceStore, StoredDestination};
 pub use store::{
     AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, FinishRecord, FinishResult,
     InboxChannel, InboxItem, Merged, NewNotification, NotificationStore, NotificationView, ResolveError, Resolved,
-    Settled, StoreError, TaskCount, TaskSummary, TaskView,
+    Settled, StoreError, StoredSubmission, TaskCount, TaskSummary, TaskView,
 };

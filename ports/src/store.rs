@@ -71,6 +71,49 @@ pub struct Created {
     /// Channels on which this event's external prompt was merged into a digest (SPEC §7) instead of
     /// getting a task of its own: the digest task that will carry it.
     pub merged: Vec<Merged>,
+    /// For a repeat (`created = false`): the fields in which this submission differs from the one stored
+    /// (`herald_domain::submission::differences`); empty for a true repeat, and for a new notification.
+    pub differs: Vec<&'static str>,
+}
+
+/// A submission stored before under `(user_id, event_key)`, as the repeat rule compares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSubmission {
+    pub user_id: UserId,
+    pub body: String,
+    pub ttl: Millis,
+    pub thread_key: Option<ThreadKey>,
+    pub max_attempts: Option<u32>,
+}
+
+impl StoredSubmission {
+    /// The fields in which `new` differs from this stored submission.
+    #[must_use]
+    pub fn differences(&self, new: &NewNotification) -> Vec<&'static str> {
+        herald_domain::submission::differences(&self.as_submission(), &new.as_submission())
+    }
+
+    fn as_submission(&self) -> herald_domain::submission::Submission<'_> {
+        herald_domain::submission::Submission {
+            body: &self.body,
+            ttl: self.ttl,
+            thread_key: self.thread_key.as_ref().map(ThreadKey::as_str),
+            max_attempts: self.max_attempts,
+        }
+    }
+}
+
+impl NewNotification {
+    /// What this submission asks for, as the repeat rule compares it.
+    #[must_use]
+    pub fn as_submission(&self) -> herald_domain::submission::Submission<'_> {
+        herald_domain::submission::Submission {
+            body: &self.body,
+            ttl: self.ttl,
+            thread_key: self.thread_key.as_ref().map(ThreadKey::as_str),
+            max_attempts: self.max_attempts,
+        }
+    }
 }
 
 /// An event's prompt on one channel, merged into another notification's digest task.
@@ -288,6 +331,10 @@ pub trait NotificationStore: Send + Sync {
         channels: &ChannelTable,
         now: Timestamp,
     ) -> Result<Created, StoreError>;
+
+    /// The submissions stored before under `event_key` for any of `users` (SPEC §3): what a repeat is
+    /// compared with before anything is written.
+    async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError>;
 
     /// SPEC §4: claims up to `limit` runnable tasks with `FOR UPDATE … SKIP LOCKED` in one short
     /// transaction. Every returned [`ClaimedTask`] is committed as `SENDING` under a fresh token before

@@ -176,12 +176,13 @@ pub async fn submit_mix(api: &Api<'_>, push: &StandIn, sms: &StandIn, miao: &Sta
         out.notifications.insert(created.notification_id);
     }
 
-    // The same submits again, as a business service retrying a call whose answer it lost.
+    // The same submits again, as a business service retrying a call whose answer it lost: the same
+    // content (a different body under the same key would be refused with 409).
     for (i, (_, first)) in orders.iter().enumerate().take(scenario::DUPLICATES) {
         let n = i + 1;
-        let (status, again) = api
-            .notify(&scenario::user(n), &format!("order-{}-shipped", 1000 + n), "Your order has shipped", None)
-            .await?;
+        let body = format!("Your order ord-{} has shipped", 1000 + n);
+        let (status, again) =
+            api.notify(&scenario::user(n), &format!("order-{}-shipped", 1000 + n), &body, None).await?;
         ensure!(status == 200 && !again.created, "a duplicate submit answered {status}");
         out.duplicates += 1;
         if again.notification_id == first.notification_id {

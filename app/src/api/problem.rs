@@ -94,6 +94,23 @@ impl Problem {
         )
     }
 
+    /// 409: an `(user_id, event_key)` already used for a notification that said something else. `fields`
+    /// names, per field, what differs (`body`, or `recipients[3].body` for an event).
+    #[must_use]
+    pub fn submission_conflict(fields: Vec<FieldError>) -> Self {
+        Problem {
+            errors: fields,
+            ..Problem::new(
+                StatusCode::CONFLICT,
+                "submission-conflict",
+                "Event key already used for a different notification",
+                "this (user_id, event_key) was submitted before with different content; nothing was written and \
+                 the stored notification is unchanged — repeat the original submission, or use a new event_key \
+                 for a new notification",
+            )
+        }
+    }
+
     /// 500 with nothing of the cause: the cause is logged, never answered.
     #[must_use]
     pub fn internal() -> Self {

@@ -26,6 +26,8 @@ type ApiResult<T> = Result<T, Problem>;
     responses(
         (status = 201, description = "Created, with one task per enabled channel", body = CreatedBody),
         (status = 200, description = "Duplicate `(user_id, event_key)`: the existing notification", body = CreatedBody),
+        (status = 409, description = "The `(user_id, event_key)` was used before for a notification with another body, TTL, thread or budget; nothing was written",
+         body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not a service token", body = Problem, content_type = "application/problem+json"),
@@ -41,6 +43,10 @@ pub async fn submit_notification(
     let new = request.validate()?;
     let now = state.clock.now().await?;
     let created = state.store.create(&new, &state.channels, now).await?;
+    if !created.differs.is_empty() {
+        // A repeat writes nothing; one that says something else is the caller's mistake, not a repeat.
+        return Err(Problem::submission_conflict(differing_fields("", &created.differs)));
+    }
     crate::metrics::record_submission(created.created);
     let status = if created.created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(CreatedBody::from(&created))))
@@ -57,6 +63,8 @@ pub async fn submit_notification(
     responses(
         (status = 201, description = "At least one notification was created", body = EventCreatedBody),
         (status = 200, description = "Every recipient's notification existed already", body = EventCreatedBody),
+        (status = 409, description = "The event key was used before for some recipient with another body, TTL or thread; nothing was written",
+         body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
@@ -68,6 +76,20 @@ pub async fn submit_event(
     ApiJson(request): ApiJson<SubmitEvent>,
 ) -> ApiResult<(StatusCode, Json<EventCreatedBody>)> {
     let notifications = request.validate()?;
+    // A repeat must say the same thing for every recipient; checked before anything is written.
+    if let Some(first) = notifications.first() {
+        let users: Vec<_> = notifications.iter().map(|n| n.user_id.clone()).collect();
+        let stored = state.store.submitted(&first.event_key, &users).await?;
+        let mut conflicts = Vec::new();
+        for (i, new) in notifications.iter().enumerate() {
+            if let Some(before) = stored.iter().find(|s| s.user_id == new.user_id) {
+                conflicts.extend(differing_fields(&format!("recipients[{i}]"), &before.differences(new)));
+            }
+        }
+        if !conflicts.is_empty() {
+            return Err(Problem::submission_conflict(conflicts));
+        }
+    }
     let now = state.clock.now().await?;
     let mut results = Vec::with_capacity(notifications.len());
     for new in &notifications {
@@ -85,6 +107,18 @@ pub async fn submit_event(
     let event_key = notifications.first().map(|n| n.event_key.to_string()).unwrap_or_default();
     let status = if any_created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(EventCreatedBody { event_key, notifications: results })))
+}
+
+/// One field error per differing field, named under `prefix` (`recipients[3]` for an event's recipient:
+/// `recipients[3].body`).
+fn differing_fields(prefix: &str, fields: &[&'static str]) -> Vec<FieldError> {
+    fields
+        .iter()
+        .map(|field| {
+            let name = if prefix.is_empty() { (*field).to_owned() } else { format!("{prefix}.{field}") };
+            FieldError::new(name, "differs from the submission stored under this (user_id, event_key)")
+        })
+        .collect()
 }
 
 fn notification_body(view: &NotificationView) -> NotificationBody {

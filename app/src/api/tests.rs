@@ -144,6 +144,7 @@ fn created(created: bool) -> Created {
             state: TaskState::Pending,
         }],
         merged: Vec::new(),
+        differs: Vec::new(),
     }
 }
 
@@ -365,6 +366,7 @@ async fn events_validate_recipients_without_writing() {
 #[tokio::test]
 async fn events_create_one_notification_per_recipient() {
     let mut mocks = Mocks::default().with_clock();
+    mocks.store.expect_submitted().times(1).returning(|_, _| Ok(Vec::new()));
     mocks.store.expect_create().times(3).returning(|new, _, _| Ok(created(new.user_id.as_str() != "b")));
     let body = json!({"event_key": "e1", "recipients": ["a", "b", "c"], "body": "hello", "ttl_seconds": 60});
     let answer = send(mocks.state(), "POST", "/v1/events", Some(SERVICE), Some(&body.to_string())).await;

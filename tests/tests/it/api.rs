@@ -75,13 +75,16 @@ async fn submit_creates_once_and_a_duplicate_returns_the_existing_tasks() {
     let written = Written::now(&world).await.unwrap();
     assert_eq!((written.notification, written.inbox_item, written.delivery_task), (1, 1, 2));
 
-    // Same (user, event key), even with another body: the existing notification, nothing written.
-    let mut again = submission("u1", "ord-1");
-    again["body"] = json!("a different text");
-    let dup = api.post("/v1/notifications", SVC, &again).await.ok(StatusCode::OK);
+    // Same (user, event key) and the same content: the existing notification, nothing written.
+    let dup = api.post("/v1/notifications", SVC, &submission("u1", "ord-1")).await.ok(StatusCode::OK);
     assert_eq!(dup["created"], false);
     assert_eq!(dup["notification_id"], id);
     assert_eq!(task_ids(&dup), task_ids(&doc));
+    assert_eq!(Written::now(&world).await.unwrap(), written);
+    // With another body it is not a repeat: 409, nothing written (tests/it/idempotency.rs has the rest).
+    let mut other = submission("u1", "ord-1");
+    other["body"] = json!("a different text");
+    let _ = api.post("/v1/notifications", SVC, &other).await.problem(StatusCode::CONFLICT);
     assert_eq!(Written::now(&world).await.unwrap(), written);
 
     // A duplicate after delivery reports the tasks as they are now.

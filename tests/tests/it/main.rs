@@ -9,6 +9,7 @@ mod digest;
 mod egress;
 mod example_config;
 mod facts;
+mod idempotency;
 mod keys_cli;
 mod references;
 mod reliability;

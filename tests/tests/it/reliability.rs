@@ -24,7 +24,7 @@ use herald_domain::{
 };
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, Created, FinishRecord, FinishResult, GiveBack, InboxItem, NewNotification,
-    NotificationStore, NotificationView, ResolveError, Resolved, StoreError, TaskCount, TaskView,
+    NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
 };
 use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
 use herald_tests::clock::ManualClock;
@@ -249,6 +249,10 @@ impl NotificationStore for FlakyFinish {
         now: Timestamp,
     ) -> Result<Created, StoreError> {
         self.inner.create(new, channels, now).await
+    }
+
+    async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError> {
+        self.inner.submitted(event_key, users).await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
