@@ -138,8 +138,11 @@ pub fn finish(ctx: &FinishContext, observation: &Observation, now: Timestamp, ji
                 }
                 _ => None,
             };
+            // Judged by when the query may have been answered — as early as its claim — never by when its
+            // answer is written down: a finish retried after a database fault comes later, and a "not
+            // found" given early must not become believable by the delay of its own recording.
             match believable_from {
-                Some(from) if now < from => {
+                Some(from) if ctx.attempt_started_at < from => {
                     stay_unknown(ctx.uncertain_since, Some(from), "not found yet; asking again later")
                 }
                 // Believed: nothing was accepted. Resend at once — the backoff is for refusals.
@@ -335,7 +338,7 @@ mod tests {
     #[test]
     fn row_query_not_found_after_the_consistency_delay_is_believed() {
         let mut c = ctx(SMS_SLOW, true, 2, 3);
-        c.uncertain_since = Some(NOW - Millis(30_000));
+        c.uncertain_since = Some(NOW - Millis(30_400));
         check(&run(&c, Observation::QueryNotFound), TaskState::Pending, false, false);
     }
 
@@ -374,5 +377,20 @@ mod tests {
         // Already expired: due at once, so the claim settles it now.
         c.expires_at = NOW - Millis(1);
         assert_eq!(run(&c, Observation::Timeout).next_attempt_at, Some(NOW));
+    }
+
+    // Defect (found by the soak): a "not found" answered early but written down late — its finish retried
+    // through database faults — was believed by the time of its writing, and the task was sent again.
+    #[test]
+    fn not_found_is_judged_by_when_the_query_was_made_not_when_it_was_written_down() {
+        let mut q = ctx(SMS_SLOW, true, 2, 3);
+        q.uncertain_since = Some(NOW - Millis(20_000));
+        // The query was claimed 25 s before the consistency delay had passed, and its finish is written
+        // 40 s later, when the delay has long passed.
+        q.attempt_started_at = NOW - Millis(30_000);
+        let late = NOW + Millis(40_000);
+        let t = finish(&q, &Observation::QueryNotFound, late, Jitter::NONE);
+        assert_eq!(t.state, TaskState::Unknown, "not believed: {t:?}");
+        assert!(t.outcome_uncertain);
     }
 }

@@ -156,12 +156,13 @@ impl World {
         self.log.push((cause, transition));
     }
 
-    fn visible_sends(&self) -> usize {
+    /// The sends a query made at `at` can see.
+    fn visible_sends(&self, at: Timestamp) -> usize {
         let delay = match self.capability {
             Capability::Queryable { consistency: QueryConsistency::After(delay) } => delay,
             _ => Millis::ZERO,
         };
-        self.real_sends.iter().filter(|&&at| at + delay <= self.now).count()
+        self.real_sends.iter().filter(|&&sent| sent + delay <= at).count()
     }
 
     /// The real effect of a call reaching the channel, and what it would answer on success.
@@ -182,7 +183,10 @@ impl World {
         if holder.ctx.action == Action::Query {
             return match behaviour {
                 Behaviour::QueryFails | Behaviour::TimeoutBeforeAccept => Observation::QueryFailed,
-                _ if self.visible_sends() > 0 => Observation::QueryFound { provider_msg_id: None },
+                // The query may have been answered as early as its claim; its answer is written down now.
+                _ if self.visible_sends(holder.ctx.attempt_started_at) > 0 => {
+                    Observation::QueryFound { provider_msg_id: None }
+                }
                 _ => Observation::QueryNotFound,
             };
         }
