@@ -418,6 +418,10 @@ impl herald_ports::DestinationCipher for Keyring {
     fn needs_rotation(&self, stored: &[u8]) -> bool {
         Keyring::needs_rotation(self, stored)
     }
+
+    fn has_key(&self, key_id: &str) -> bool {
+        self.key_ids().any(|id| id == key_id)
+    }
 }
 
 #[cfg(test)]

@@ -66,6 +66,10 @@ pub struct ChannelConfig {
     /// Absent means [`DEFAULT_MAX_RESPONSE_BYTES`].
     #[serde(default)]
     pub max_response_bytes: Option<usize>,
+    /// Allows an `http://` URL to a host that is not loopback: destinations would cross the network in
+    /// the clear, so `herald serve`/`worker` refuse it unless this says the operator means it.
+    #[serde(default)]
+    pub allow_plain_http: bool,
 }
 
 /// `digest = { instant_per_hour = 3 }`: instant prompts per rolling window before events are merged.
@@ -171,7 +175,19 @@ impl ChannelConfig {
             digest: None,
             text: None,
             max_response_bytes: None,
+            allow_plain_http: false,
         }
+    }
+
+    /// Whether this channel sends destinations in the clear over a network: an `http://` URL to a host
+    /// other than loopback, without `allow_plain_http`.
+    #[must_use]
+    pub fn plain_http_off_loopback(&self) -> bool {
+        let Ok(url) = reqwest::Url::parse(&self.url) else { return false };
+        let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+        let loopback =
+            host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        url.scheme() == "http" && !loopback && !self.allow_plain_http
     }
 
     /// Refuses settings that cannot work, naming the key.

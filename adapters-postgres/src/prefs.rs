@@ -28,6 +28,8 @@ impl PreferenceStore for PgStore {
                destination = COALESCE(EXCLUDED.destination, p.destination), \
                verified_at = CASE WHEN EXCLUDED.destination IS NULL OR EXCLUDED.destination = p.destination \
                              THEN p.verified_at END, \
+               tested_destination = CASE WHEN EXCLUDED.destination IS NULL OR EXCLUDED.destination = p.destination \
+                             THEN p.tested_destination END, \
                version = p.version + 1, updated_at = now() \
              RETURNING {PREF_COLUMNS}"
         ))
@@ -115,6 +117,20 @@ impl PreferenceStore for PgStore {
         Ok(rows.into_iter().map(StoredDestination::from).collect())
     }
 
+    async fn key_ids_in_use(&self) -> Result<Vec<String>, StoreError> {
+        // A sealed destination starts with the key id's length (one byte), then the id (ASCII).
+        sqlx::query_scalar(
+            "SELECT DISTINCT convert_from(substring(c FROM 2 FOR get_byte(c, 0)), 'UTF8') FROM ( \
+               SELECT destination AS c FROM channel_pref WHERE destination IS NOT NULL AND length(destination) > 1 \
+               UNION ALL \
+               SELECT tested_destination FROM channel_pref WHERE tested_destination IS NOT NULL \
+                 AND length(tested_destination) > 1) sealed ORDER BY 1",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(store_error)
+    }
+
     async fn replace_destination(
         &self,
         user: &UserId,
@@ -122,10 +138,12 @@ impl PreferenceStore for PgStore {
         old: &[u8],
         new: &[u8],
     ) -> Result<bool, StoreError> {
-        // Rotation re-encrypts the same plaintext: the version is not bumped and verification is kept.
+        // Rotation re-encrypts the same plaintext: the version is not bumped and verification is kept. The
+        // mark of an accepted test follows the destination it names; a mark naming any other ciphertext is
+        // moot (confirming needs it to equal the destination) and goes, so no copy stays under the old key.
         let done = sqlx::query(
             "UPDATE channel_pref SET destination = $4, \
-               tested_destination = CASE WHEN tested_destination = $3 THEN $4 ELSE tested_destination END \
+               tested_destination = CASE WHEN tested_destination = $3 THEN $4 END \
              WHERE user_id = $1 AND channel = $2 AND destination = $3",
         )
         .bind(user.as_str())

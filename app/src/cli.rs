@@ -42,6 +42,8 @@ pub enum Command {
     Worker(ServiceArgs),
     /// Apply the database migrations, then exit.
     Migrate,
+    /// Write a fresh configuration (random tokens, a new key, secrets in files readable only by you).
+    Init(InitArgs),
     /// Start a self-contained demonstration (a private database when `database.url` is absent).
     Demo(DemoArgs),
     /// Tasks whose outcome is unknown and that wait for a human.
@@ -53,6 +55,17 @@ pub enum Command {
     /// Bearer tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+}
+
+/// `herald init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The folder to write `herald.toml` and `secrets/` into.
+    #[arg(long, default_value = ".", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The database the configuration names.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/herald", value_name = "URL")]
+    pub database_url: String,
 }
 
 /// `herald serve` and `herald worker`.
@@ -163,6 +176,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             return Ok(());
         }
         Command::Demo(args) => return demo(&cli, args),
+        Command::Init(args) => {
+            let config = crate::init::init(&args.dir, &args.database_url)?;
+            println!("wrote {} and its secrets/ (mode 0600)", config.display());
+            println!(
+                "next: herald --config {} migrate, then herald --config {} serve",
+                config.display(),
+                config.display()
+            );
+            return Ok(());
+        }
         _ => {}
     }
     let config = load_config(&cli)?;
@@ -201,7 +224,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve(args) => crate::service::serve(config, true, args.migrate).await,
         Command::Worker(args) => crate::service::serve(config, false, args.migrate).await,
-        Command::Keys(KeysCommand::Generate) | Command::Demo(_) => unreachable!("handled before loading"),
+        Command::Keys(KeysCommand::Generate) | Command::Demo(_) | Command::Init(_) => {
+            unreachable!("handled before loading")
+        }
     }
 }
 
@@ -259,6 +284,10 @@ impl herald_ports::DestinationCipher for NoKeys {
     }
 
     fn needs_rotation(&self, _: &[u8]) -> bool {
+        false
+    }
+
+    fn has_key(&self, _: &str) -> bool {
         false
     }
 }

@@ -40,6 +40,7 @@ use herald_channels::config::ChannelConfig;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+pub mod production;
 mod sources;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";

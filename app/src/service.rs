@@ -46,6 +46,7 @@ const GAUGE_REFRESH: Duration = Duration::from_secs(5);
 pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Result<()> {
     let command = if with_api { "serve" } else { "worker" };
     crate::cli::init_logging(&config);
+    crate::config::production::check(&config, with_api)?;
     let authenticator = if with_api {
         let auth = config.require_auth(command)?;
         Some(Authenticator::new(&auth.service_tokens, &auth.admin_tokens, auth.user_token_secret.clone()))
@@ -53,6 +54,20 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
         None
     };
     let (store, services) = Services::from_config(&config, command, true).await?;
+    // Every key a stored destination is under must be loaded, or its deliveries fail one by one later.
+    let in_use = services.prefs.key_ids_in_use().await.context("cannot read which keys are in use")?;
+    let missing: Vec<&str> = in_use.iter().map(String::as_str).filter(|id| !services.cipher.has_key(id)).collect();
+    if !missing.is_empty() {
+        return Err(crate::config::ConfigError::new(
+            "keys",
+            format!(
+                "destinations are stored under key(s) {} which are not loaded: load them (they may be retired \
+                 after `herald keys rotate` reports every row re-encrypted)",
+                missing.join(", ")
+            ),
+        )
+        .into());
+    }
     let metrics = crate::metrics::install()?;
     if migrate {
         store.migrate().await.context("migrations failed")?;

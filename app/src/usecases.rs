@@ -176,12 +176,15 @@ pub async fn confirm(services: &Services, user: &UserId, channel: &ChannelName) 
 }
 
 /// What a key rotation did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RotationReport {
     pub examined: u64,
     pub rotated: u64,
     /// Changed by someone else between read and write; the new value is theirs, under the current key.
     pub skipped: u64,
+    /// Rows that could not be decrypted (their key is not loaded, or they are damaged), left as they are:
+    /// "user U on channel C: why", never the value.
+    pub unreadable: Vec<String>,
 }
 
 impl std::fmt::Display for RotationReport {
@@ -190,15 +193,24 @@ impl std::fmt::Display for RotationReport {
             f,
             "{} destinations examined, {} re-encrypted under the current key, {} changed concurrently (left as they are)",
             self.examined, self.rotated, self.skipped
-        )
+        )?;
+        if !self.unreadable.is_empty() {
+            write!(f, ", {} could not be decrypted (left as they are):", self.unreadable.len())?;
+            for row in &self.unreadable {
+                write!(f, "\n  {row}")?;
+            }
+        }
+        Ok(())
     }
 }
 
 /// Re-encrypts every destination not under the current key, row by row, never overwriting a
-/// concurrent change (the replacement is conditional on the old ciphertext).
+/// concurrent change (the replacement is conditional on the old ciphertext). A row it cannot decrypt —
+/// its key is not loaded, or it is damaged — is skipped and reported (user, channel and why; never the
+/// value), and the rotation goes on with the others.
 ///
 /// # Errors
-/// A store failure, or a destination under a key that is not loaded (named by id, never the value).
+/// A store failure.
 pub async fn rotate_keys(
     prefs: &dyn PreferenceStore,
     cipher: &dyn DestinationCipher,
@@ -216,9 +228,13 @@ pub async fn rotate_keys(
             if !cipher.needs_rotation(&row.ciphertext) {
                 continue;
             }
-            let plain = cipher.decrypt(&row.user_id, &row.channel, &row.ciphertext).with_context(|| {
-                format!("cannot decrypt the destination of user {} on channel {}", row.user_id, row.channel)
-            })?;
+            let plain = match cipher.decrypt(&row.user_id, &row.channel, &row.ciphertext) {
+                Ok(plain) => plain,
+                Err(error) => {
+                    report.unreadable.push(format!("user {} on channel {}: {error}", row.user_id, row.channel));
+                    continue;
+                }
+            };
             let new = cipher.encrypt(&row.user_id, &row.channel, &plain).context("cannot encrypt a destination")?;
             if prefs.replace_destination(&row.user_id, &row.channel, &row.ciphertext, &new).await? {
                 report.rotated += 1;
@@ -259,6 +275,6 @@ mod tests {
         cipher.expect_decrypt().times(2).returning(|_, _, _| Ok(SecretString::from("dest")));
         cipher.expect_encrypt().times(2).returning(|_, _, _| Ok(b"fresh".to_vec()));
         let report = rotate_keys(&prefs, &cipher, 10).await.expect("rotates");
-        assert_eq!(report, RotationReport { examined: 3, rotated: 1, skipped: 1 });
+        assert_eq!(report, RotationReport { examined: 3, rotated: 1, skipped: 1, ..RotationReport::default() });
     }
 }

@@ -24,4 +24,7 @@ pub trait DestinationCipher: Send + Sync {
 
     /// True when the bytes are not under the current key (and so should be re-encrypted).
     fn needs_rotation(&self, stored: &[u8]) -> bool;
+
+    /// True when the key `key_id` is loaded (a destination under it can be decrypted).
+    fn has_key(&self, key_id: &str) -> bool;
 }

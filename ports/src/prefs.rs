@@ -63,6 +63,10 @@ pub trait PreferenceStore: Send + Sync {
     ) -> Result<Vec<StoredDestination>, StoreError>;
 
     /// Replaces a ciphertext only if it is still `old` (so a concurrent change is never overwritten).
+    /// The ids of the keys the stored ciphertexts are under (destinations and the marks of accepted test
+    /// sends), each once: what must be loaded for every destination to be readable.
+    async fn key_ids_in_use(&self) -> Result<Vec<String>, StoreError>;
+
     async fn replace_destination(
         &self,
         user: &UserId,

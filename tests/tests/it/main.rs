@@ -11,6 +11,7 @@ mod example_config;
 mod facts;
 mod idempotency;
 mod keys_cli;
+mod production;
 mod references;
 mod reliability;
 mod review;

@@ -99,14 +99,14 @@ async fn rotation_moves_every_row_to_the_current_key_and_then_the_old_key_can_go
     // The operator adds k2 and makes it current, keeping k1 loaded; rotates in batches of 2.
     let both = keys.ring(&["k1", "k2"], "k2");
     let report = rotate_keys(&*world.store, &both, 2).await?;
-    assert_eq!(report, RotationReport { examined: 15, rotated: 15, skipped: 0 });
+    assert_eq!(report, RotationReport { examined: 15, rotated: 15, skipped: 0, ..RotationReport::default() });
     assert_all_under(&world, &both, "k2").await?;
     assert_eq!(prefs_of(&world.store).await?, before, "switches, verification and versions are untouched");
 
     // A second run finds nothing to do and leaves the bytes exactly as they are.
     let rotated = rows(&world.store).await?;
     let again = rotate_keys(&*world.store, &both, 2).await?;
-    assert_eq!(again, RotationReport { examined: 15, rotated: 0, skipped: 0 });
+    assert_eq!(again, RotationReport { examined: 15, rotated: 0, skipped: 0, ..RotationReport::default() });
     assert_eq!(rows(&world.store).await?, rotated, "no row re-encrypted twice");
 
     // A worker with both keys delivers to the original destinations.
@@ -205,6 +205,10 @@ impl PreferenceStore for Unreliable {
         self.inner.destinations_after(after, limit).await
     }
 
+    async fn key_ids_in_use(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.key_ids_in_use().await
+    }
+
     async fn replace_destination(
         &self,
         user: &UserId,
@@ -259,7 +263,7 @@ async fn an_interrupted_rotation_resumes_and_never_overwrites_a_concurrent_chang
         old_ring.encrypt(user.as_str(), channel.as_str(), &SecretString::from(changed))?,
     ));
     let report = rotate_keys(&flaky, &both, 1).await?;
-    assert_eq!(report, RotationReport { examined: 15, rotated: 10, skipped: 1 });
+    assert_eq!(report, RotationReport { examined: 15, rotated: 10, skipped: 1, ..RotationReport::default() });
     assert!(flaky.concurrent.lock().expect("lock").is_none(), "the concurrent change happened");
     let stored = world.store.destination(&user, &channel).await?.expect("a destination");
     assert_eq!(both.decrypt(user.as_str(), channel.as_str(), &stored)?.expose_secret(), changed, "the change survived");
@@ -267,7 +271,7 @@ async fn an_interrupted_rotation_resumes_and_never_overwrites_a_concurrent_chang
 
     // One more run picks the changed row up; nothing is rotated twice.
     let report = rotate_keys(&*world.store, &both, 1).await?;
-    assert_eq!(report, RotationReport { examined: 15, rotated: 1, skipped: 0 });
+    assert_eq!(report, RotationReport { examined: 15, rotated: 1, skipped: 0, ..RotationReport::default() });
     let only_k2 = keys.ring(&["k2"], "k2");
     for row in rows(&world.store).await? {
         let (u, c) = (row.user_id.as_str(), row.channel.as_str());
@@ -280,16 +284,64 @@ async fn an_interrupted_rotation_resumes_and_never_overwrites_a_concurrent_chang
 }
 
 #[tokio::test]
-async fn rotation_names_a_row_whose_key_is_not_loaded_and_writes_nothing_for_it() -> anyhow::Result<()> {
+async fn rotation_skips_and_names_a_row_whose_key_is_not_loaded_and_writes_nothing_for_it() -> anyhow::Result<()> {
     let world = World::new(ClockMode::Manual).await?;
     let keys = Keys::new();
     store_all(&world, &keys.ring(&["k1"], "k1")).await?;
     let before = rows(&world.store).await?;
-    // k1 forgotten before the rotation: the first row cannot be opened.
-    let error = rotate_keys(&*world.store, &keys.ring(&["k2"], "k2"), 5).await.expect_err("k1 is missing");
-    let message = format!("{error:#}");
+    // k1 forgotten before the rotation: no row can be opened. Each is reported, none is written, and the
+    // rotation does not stop at the first.
+    let report = rotate_keys(&*world.store, &keys.ring(&["k2"], "k2"), 5).await?;
+    assert_eq!((report.examined, report.rotated, report.unreadable.len()), (15, 0, 15));
+    let message = report.to_string();
     assert!(message.contains("user rot-a on channel miao") && message.contains("k1"), "{message}");
-    assert!(!message.contains("rotation-dest"), "the error never carries the destination: {message}");
+    assert!(!message.contains("rotation-dest"), "the report never carries the destination: {message}");
     assert_eq!(rows(&world.store).await?, before, "nothing was written");
+    Ok(())
+}
+
+/// After a rotation no ciphertext under the old key is left anywhere: not in the destinations, and not
+/// in the marks of accepted test sends — also the mark of a destination that was changed since (it
+/// named a ciphertext no longer stored, and goes).
+#[tokio::test]
+async fn no_old_key_ciphertext_survives_a_rotation_anywhere_in_the_database() -> anyhow::Result<()> {
+    let world = World::new(ClockMode::Manual).await?;
+    let keys = Keys::new();
+    let k1 = keys.ring(&["k1"], "k1");
+    store_all(&world, &k1).await?;
+    // Two accepted tests: one for the stored destination, one for a destination changed afterwards.
+    for user in ["rot-a", "rot-b"] {
+        let (u, c) = (UserId::from(user), ChannelName::from("push"));
+        let stored = world.store.destination(&u, &c).await?.expect("stored");
+        assert!(world.store.record_test_accepted(&u, &c, &stored).await?);
+    }
+    let changed = k1.encrypt("rot-b", "push", &SecretString::from("rotation-dest-changed"))?;
+    world.store.put(&UserId::from("rot-b"), &ChannelName::from("push"), true, Some(changed)).await?;
+
+    let both = keys.ring(&["k1", "k2"], "k2");
+    rotate_keys(&*world.store, &both, 4).await?;
+    assert_eq!(world.store.key_ids_in_use().await?, ["k2"], "only k2 is in use");
+    // Every bytea value of every table, as the server would dump it: none starts with k1's id.
+    let sealed: Vec<Vec<u8>> = sqlx::query_scalar(
+        "SELECT destination FROM channel_pref WHERE destination IS NOT NULL \
+         UNION ALL SELECT tested_destination FROM channel_pref WHERE tested_destination IS NOT NULL",
+    )
+    .fetch_all(world.store.pool())
+    .await?;
+    assert!(!sealed.is_empty());
+    assert!(
+        sealed.iter().all(|bytes| Keyring::key_id_of(bytes).is_ok_and(|id| id == "k2")),
+        "only k2 ciphertext remains"
+    );
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_name::text, column_name::text FROM information_schema.columns \
+         WHERE table_schema = 'public' AND data_type = 'bytea' AND table_name <> '_sqlx_migrations'",
+    )
+    .fetch_all(world.store.pool())
+    .await?;
+    assert_eq!(columns.len(), 2, "the two columns above are every bytea column: {columns:?}");
+    // The accepted test of the unchanged destination still confirms; the moot one is gone.
+    assert!(world.store.mark_verified(&UserId::from("rot-a"), &ChannelName::from("push")).await?);
+    assert!(!world.store.mark_verified(&UserId::from("rot-b"), &ChannelName::from("push")).await?);
     Ok(())
 }

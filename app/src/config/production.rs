@@ -1,0 +1,75 @@
+//! What `herald serve` and `herald worker` refuse before they touch a network: secrets anyone can read
+//! (the examples shipped in `example.toml`, or anything still saying "change-me" or "example"), tokens
+//! too short to resist guessing, and channels that would send destinations in the clear off this
+//! machine. `herald demo` makes its own secrets and is not checked; `herald init` writes a configuration
+//! that passes.
+
+use secrecy::ExposeSecret as _;
+
+use super::{Config, ConfigError};
+
+/// The shortest service or admin token accepted, in bytes.
+pub const MIN_TOKEN_BYTES: usize = 32;
+
+/// The keys shipped in `example.toml`: public, so never a real key.
+const EXAMPLE_KEYS: [&str; 2] =
+    ["RiVDe6SbChsap9UdVGLSOi9XcCRdZeuvjTVR526lLkI=", "D4j39hnmP/PhK95xUzCtHFSUO7LbZnJthreWJ/kO4Eg="];
+
+/// Words that mark a placeholder secret.
+const PLACEHOLDERS: [&str; 2] = ["change-me", "example"];
+
+fn placeholder(secret: &str) -> bool {
+    let lower = secret.to_ascii_lowercase();
+    PLACEHOLDERS.iter().any(|word| lower.contains(word))
+}
+
+/// Refuses what is unsafe for a service on a network, naming the key (never the value). `with_api`:
+/// the tokens matter too (`serve`).
+///
+/// # Errors
+/// The first unsafe setting found.
+pub fn check(config: &Config, with_api: bool) -> Result<(), ConfigError> {
+    let fix =
+        "run `herald init` for a fresh configuration, or replace it (herald keys generate; openssl rand -base64 32)";
+    if let Some(keys) = &config.keys {
+        for (id, key) in &keys.keys {
+            let key = key.expose_secret().trim();
+            if EXAMPLE_KEYS.contains(&key) || placeholder(key) {
+                return Err(ConfigError::new(
+                    format!("keys.{id}"),
+                    format!("is the example key from example.toml: {fix}"),
+                ));
+            }
+        }
+    }
+    if let (true, Some(auth)) = (with_api, &config.auth) {
+        for (list, tokens) in [("auth.service_tokens", &auth.service_tokens), ("auth.admin_tokens", &auth.admin_tokens)]
+        {
+            for (i, token) in tokens.iter().enumerate() {
+                let token = token.expose_secret();
+                if placeholder(token) {
+                    return Err(ConfigError::new(format!("{list}[{i}]"), format!("is a placeholder: {fix}")));
+                }
+                if token.len() < MIN_TOKEN_BYTES {
+                    return Err(ConfigError::new(
+                        format!("{list}[{i}]"),
+                        format!("is shorter than {MIN_TOKEN_BYTES} bytes: {fix}"),
+                    ));
+                }
+            }
+        }
+        if placeholder(auth.user_token_secret.expose_secret()) {
+            return Err(ConfigError::new("auth.user_token_secret", format!("is a placeholder: {fix}")));
+        }
+    }
+    for channel in &config.channels {
+        if channel.plain_http_off_loopback() {
+            return Err(ConfigError::new(
+                format!("channel.{}.url", channel.name),
+                "is http:// to a host that is not this machine: destinations would cross the network in the clear; \
+                 use https://, or set allow_plain_http = true for this channel if the network is yours",
+            ));
+        }
+    }
+    Ok(())
+}
