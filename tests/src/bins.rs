@@ -1,7 +1,6 @@
 //! Finding the workspace's programs, written once: `herald`, `herald-demo`, `herald-test-worker`,
 //! `herald-soak` … are looked up beside the running test's own executable, in the same target folder and
-//! profile (`target/debug/…` under `cargo test`), and built with cargo when they are missing (a run
-//! narrowed with `-p` does not build other packages' programs).
+//! profile (`target/debug/…` under `cargo test`), after cargo has brought them up to date.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -26,20 +25,20 @@ fn profile_dir() -> PathBuf {
     dir
 }
 
-static BUILDING: Mutex<()> = Mutex::new(());
+/// The programs built (or found up to date) by this test process.
+static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-/// The path of the workspace program `name`, built first when it is not there yet.
+/// The path of the workspace program `name`, brought up to date first: a narrowed run (`cargo test -p
+/// herald-tests`) does not rebuild other packages' programs, and a stale `herald` would test old code. The
+/// build runs once per test process and is a quick no-op when nothing changed.
 ///
 /// # Panics
-/// When it is missing and cannot be built.
+/// When it cannot be built.
 #[must_use]
 pub fn binary(name: &str) -> PathBuf {
     let path = profile_dir().join(name);
-    if path.is_file() {
-        return path;
-    }
-    let _one_build_at_a_time = BUILDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !path.is_file() {
+    let mut built = BUILT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !built.iter().any(|b| b == name) {
         let release = profile_dir().file_name().is_some_and(|n| n == "release");
         let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         cargo.args(["build", "-q", "-p", package_of(name), "--bin", name]);
@@ -48,6 +47,7 @@ pub fn binary(name: &str) -> PathBuf {
         }
         let status = cargo.status().unwrap_or_else(|e| panic!("cannot run cargo to build {name}: {e}"));
         assert!(status.success(), "cargo could not build {name}");
+        built.push(name.to_owned());
     }
     assert!(path.is_file(), "{} was not built", path.display());
     path
