@@ -14,6 +14,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DATABASE_URL="$(scripts/ensure-postgres.sh </dev/null | tail -n 1)"
 [[ -n "$DATABASE_URL" ]] || { echo "test.sh: no PostgreSQL available" >&2; exit 1; }
 export DATABASE_URL
+# The console's browser journeys (tests/tests/browser.rs) need Debian's Chromium and chromedriver.
+scripts/ensure-chromium.sh </dev/null
 export PROPTEST_CASES="${PROPTEST_CASES:-256}"
 echo "test.sh: DATABASE_URL=$(sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#' <<<"$DATABASE_URL") PROPTEST_CASES=$PROPTEST_CASES" >&2
 

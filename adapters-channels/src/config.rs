@@ -6,8 +6,10 @@
 //! not a setting: production always runs [`Policy::Safe`], the blind-resend policy exists only in tests.
 
 use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
 
-use herald_domain::{default_guard, RefusalProof, RetryPolicy};
+use herald_domain::{default_guard, OnUnknown, RefusalProof, RetryPolicy};
 use herald_domain::{ChannelContract, ChannelKind, ChannelRules, DigestRule, Millis, Policy, QueryConsistency};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
@@ -27,6 +29,11 @@ pub const DEFAULT_DIGEST_WINDOW_SECS: u64 = 3_600;
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024;
 /// What Miaotixing users see when no `text` is configured: the body stays in the inbox (SPEC §8).
 pub const MIAOTIXING_DEFAULT_TEXT: &str = "You have a new update — open the app to view it.";
+/// What e-mail and Web Push users see when neither `text` nor `send_body = true` is configured: a mail
+/// server or a browser vendor's push service has no business reading bodies (SPEC §8).
+pub const PRIVATE_DEFAULT_TEXT: &str = "You have a new update — open the app to view it.";
+/// The e-mail subject when none is configured.
+pub const EMAIL_DEFAULT_SUBJECT: &str = "New notification";
 
 /// One configured external channel.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -35,7 +42,9 @@ pub struct ChannelConfig {
     /// The name used in preferences and tasks.
     pub name: String,
     pub kind: ChannelKind,
-    /// Base URL; the adapter appends its path (`/send`, `/messages`, `/trigger`).
+    /// Base URL; the adapter appends its path (`/send`, `/messages`, `/trigger`). Not used by `email` (which
+    /// has `host` and `port`) nor `webpush` (whose endpoint is each user's subscription).
+    #[serde(default)]
     pub url: String,
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
@@ -70,6 +79,143 @@ pub struct ChannelConfig {
     /// the clear, so `herald serve`/`worker` refuse it unless this says the operator means it.
     #[serde(default)]
     pub allow_plain_http: bool,
+    /// `email` and `webpush`: send the notification body when no `text` is configured. Off by default: these
+    /// channels get [`PRIVATE_DEFAULT_TEXT`] unless the operator says otherwise.
+    #[serde(default)]
+    pub send_body: bool,
+    /// `email` and `webpush`: what may be done after an unknown outcome — park (default), or the kind's
+    /// partial resend (`resend_same_message_id`, `resend_same_topic`); see [`OnUnknown`].
+    #[serde(default)]
+    pub on_unknown: OnUnknown,
+    /// `email`: the SMTP server's host name or address.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// `email`: absent means 587 for `starttls`, 465 for `implicit`, 25 for `none`.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// `email`: `starttls` (default), `implicit`, or `none` (loopback hosts only).
+    #[serde(default)]
+    pub tls: Option<SmtpTls>,
+    /// `email`: the AUTH user; needs `password` or `password_file`.
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<ConfigSecret>,
+    /// A file holding the password (one line; surrounding whitespace trimmed). Read when the channel is
+    /// built; a relative path is taken from the working directory (give an absolute one).
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// `email`: the sender address (`MAIL FROM` and `From:`); its domain is the `Message-ID`'s right part.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// `email`: the subject; absent means [`EMAIL_DEFAULT_SUBJECT`]. A fixed text: never the body.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// `webpush`: the VAPID private key, base64url of the 32-byte P-256 scalar (`herald keys vapid`).
+    #[serde(default)]
+    pub vapid_private_key: Option<ConfigSecret>,
+    /// A file holding the VAPID private key; like `password_file`, best given as an absolute path.
+    #[serde(default)]
+    pub vapid_private_key_file: Option<PathBuf>,
+    /// `webpush`: the VAPID `sub` claim, a `mailto:` or `https:` contact for the push services.
+    #[serde(default)]
+    pub vapid_subject: Option<String>,
+    /// `webpush`: the `Urgency` header (RFC 8030 §5.3): `very-low`, `low`, `normal` (default) or `high`.
+    #[serde(default)]
+    pub urgency: Option<Urgency>,
+    /// `webpush`: also send to plain-http endpoints on a loopback host (a local push-service stand-in).
+    /// Off by default: an endpoint comes from a user, and Herald must not be made to post to the services of
+    /// its own machine.
+    #[serde(default)]
+    pub allow_loopback_endpoints: bool,
+}
+
+/// `tls = "…"` of an `email` channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SmtpTls {
+    /// Plain connect, then `STARTTLS` (required: a server that does not offer it is not used).
+    Starttls,
+    /// TLS from the first byte (SMTPS).
+    Implicit,
+    /// No TLS at all: allowed only for a loopback host (a local relay or a test server).
+    None,
+}
+
+/// `urgency = "…"` of a `webpush` channel (RFC 8030 §5.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Urgency {
+    VeryLow,
+    Low,
+    #[default]
+    Normal,
+    High,
+}
+
+impl Urgency {
+    /// The header value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Urgency::VeryLow => "very-low",
+            Urgency::Low => "low",
+            Urgency::Normal => "normal",
+            Urgency::High => "high",
+        }
+    }
+}
+
+/// A secret setting (a password, a private key). Its `Debug` shows nothing of it. Given through an
+/// environment variable a value may arrive as a TOML number; it is taken as its text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConfigSecret(String);
+
+impl ConfigSecret {
+    #[must_use]
+    pub fn new(value: impl Into<String>) -> Self {
+        ConfigSecret(value.into())
+    }
+
+    /// The secret itself, for the adapter that uses it.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ConfigSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ConfigSecret([redacted])")
+    }
+}
+
+impl<'de> Deserialize<'de> for ConfigSecret {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SecretVisitor;
+
+        impl Visitor<'_> for SecretVisitor {
+            type Value = ConfigSecret;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<ConfigSecret, E> {
+                Ok(ConfigSecret(value.to_owned()))
+            }
+
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<ConfigSecret, E> {
+                Ok(ConfigSecret(value.to_string()))
+            }
+
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<ConfigSecret, E> {
+                Ok(ConfigSecret(value.to_string()))
+            }
+        }
+
+        deserializer.deserialize_any(SecretVisitor)
+    }
 }
 
 /// `digest = { instant_per_hour = 3 }`: instant prompts per rolling window before events are merged.
@@ -176,6 +322,21 @@ impl ChannelConfig {
             text: None,
             max_response_bytes: None,
             allow_plain_http: false,
+            send_body: false,
+            on_unknown: OnUnknown::Park,
+            host: None,
+            port: None,
+            tls: None,
+            username: None,
+            password: None,
+            password_file: None,
+            from: None,
+            subject: None,
+            vapid_private_key: None,
+            vapid_private_key_file: None,
+            vapid_subject: None,
+            urgency: None,
+            allow_loopback_endpoints: false,
         }
     }
 
@@ -203,16 +364,30 @@ impl ChannelConfig {
             return Err(ConfigError::new(name, "name", "must consist of a-z, 0-9, `_` and `-` only"));
         }
         let err = |key: &str, reason: &str| Err(ConfigError::new(name, key, reason));
-        match reqwest::Url::parse(&self.url) {
-            Err(_) => return err("url", "is not a valid URL"),
-            Ok(url) if !matches!(url.scheme(), "http" | "https") => return err("url", "must be an http or https URL"),
-            Ok(url) if url.host().is_none() => return err("url", "must name a host"),
-            // The adapter appends its own path; a query or fragment would end up in the middle of it.
-            Ok(url) if url.query().is_some() || url.fragment().is_some() => {
-                return err("url", "must not have a query or fragment");
+        match self.kind {
+            ChannelKind::Webhook | ChannelKind::Queryable | ChannelKind::Miaotixing => {
+                match reqwest::Url::parse(&self.url) {
+                    Err(_) => return err("url", "is not a valid URL"),
+                    Ok(url) if !matches!(url.scheme(), "http" | "https") => {
+                        return err("url", "must be an http or https URL");
+                    }
+                    Ok(url) if url.host().is_none() => return err("url", "must name a host"),
+                    // The adapter appends its own path; a query or fragment would end up in the middle of it.
+                    Ok(url) if url.query().is_some() || url.fragment().is_some() => {
+                        return err("url", "must not have a query or fragment");
+                    }
+                    Ok(_) => {}
+                }
             }
-            Ok(_) => {}
+            ChannelKind::Email | ChannelKind::Webpush if !self.url.is_empty() => {
+                return err(
+                    "url",
+                    "is not used by this kind (email: host and port; webpush: each subscription's endpoint)",
+                );
+            }
+            ChannelKind::Email | ChannelKind::Webpush => {}
         }
+        self.validate_kind_settings()?;
         if self.timeout_ms == 0 {
             return err("timeout_ms", "must be at least 1");
         }
@@ -243,12 +418,112 @@ impl ChannelConfig {
         Ok(())
     }
 
+    /// The settings only some kinds have: refused on the others, required and checked on theirs.
+    fn validate_kind_settings(&self) -> Result<(), ConfigError> {
+        let name = self.name.as_str();
+        let err = |key: &str, reason: &str| Err(ConfigError::new(name, key, reason));
+        let email = self.kind == ChannelKind::Email;
+        let webpush = self.kind == ChannelKind::Webpush;
+        if !self.on_unknown.fits(self.kind) {
+            return err(
+                "on_unknown",
+                "is not available for this kind (email: resend_same_message_id; webpush: resend_same_topic)",
+            );
+        }
+        if self.send_body && !(email || webpush) {
+            return err("send_body", "is only used by email and webpush channels");
+        }
+        let email_keys = [
+            ("host", self.host.is_some()),
+            ("port", self.port.is_some()),
+            ("tls", self.tls.is_some()),
+            ("username", self.username.is_some()),
+            ("password", self.password.is_some()),
+            ("password_file", self.password_file.is_some()),
+            ("from", self.from.is_some()),
+            ("subject", self.subject.is_some()),
+        ];
+        let webpush_keys = [
+            ("vapid_private_key", self.vapid_private_key.is_some()),
+            ("vapid_private_key_file", self.vapid_private_key_file.is_some()),
+            ("vapid_subject", self.vapid_subject.is_some()),
+            ("urgency", self.urgency.is_some()),
+            ("allow_loopback_endpoints", self.allow_loopback_endpoints),
+        ];
+        for (key, given) in email_keys {
+            if given && !email {
+                return err(key, "is only used by email channels");
+            }
+        }
+        for (key, given) in webpush_keys {
+            if given && !webpush {
+                return err(key, "is only used by webpush channels");
+            }
+        }
+        if email {
+            let Some(host) = self.host.as_deref().filter(|host| !host.trim().is_empty()) else {
+                return err("host", "is required for an email channel");
+            };
+            if self.port == Some(0) {
+                return err("port", "must be between 1 and 65535");
+            }
+            if self.tls() == SmtpTls::None && !is_loopback(host) {
+                return err("tls", "may be \"none\" only for a loopback host (localhost, 127.0.0.0/8, ::1)");
+            }
+            if self.password.is_some() && self.password_file.is_some() {
+                return err("password", "is given both directly and as password_file; give one");
+            }
+            let has_password = self.password.is_some() || self.password_file.is_some();
+            if self.username.is_some() != has_password {
+                return err("username", "and a password (password or password_file) go together");
+            }
+            match self.from.as_deref().map(str::parse::<lettre::Address>) {
+                None => return err("from", "is required for an email channel"),
+                Some(Err(_)) => return err("from", "is not an e-mail address"),
+                Some(Ok(_)) => {}
+            }
+            if self.subject.as_deref().is_some_and(|s| s.trim().is_empty() || s.chars().any(char::is_control)) {
+                return err("subject", "must be one non-empty line");
+            }
+        }
+        if webpush {
+            if self.vapid_private_key.is_some() && self.vapid_private_key_file.is_some() {
+                return err("vapid_private_key", "is given both directly and as vapid_private_key_file; give one");
+            }
+            if self.vapid_private_key.is_none() && self.vapid_private_key_file.is_none() {
+                return err("vapid_private_key", "is required for a webpush channel (`herald keys vapid` makes one)");
+            }
+            match self.vapid_subject.as_deref() {
+                Some(sub) if sub.starts_with("mailto:") || sub.starts_with("https://") => {}
+                Some(_) => return err("vapid_subject", "must be a mailto: or https: URL"),
+                None => return err("vapid_subject", "is required for a webpush channel (a mailto: or https: contact)"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The effective `tls` of an `email` channel: the configured one, else `starttls`.
+    #[must_use]
+    pub fn tls(&self) -> SmtpTls {
+        self.tls.unwrap_or(SmtpTls::Starttls)
+    }
+
+    /// The effective SMTP port: the configured one, else the usual one for [`ChannelConfig::tls`].
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(match self.tls() {
+            SmtpTls::Starttls => 587,
+            SmtpTls::Implicit => 465,
+            SmtpTls::None => 25,
+        })
+    }
+
     /// The effective egress interval: the configured one, else 10 s for Miaotixing and none otherwise.
     #[must_use]
     pub fn min_interval_ms(&self) -> u64 {
         self.min_interval_ms.unwrap_or(match self.kind {
             ChannelKind::Miaotixing => MIAOTIXING_MIN_INTERVAL_MS,
-            ChannelKind::Webhook | ChannelKind::Queryable => 0,
+            ChannelKind::Webhook | ChannelKind::Queryable | ChannelKind::Email | ChannelKind::Webpush => 0,
         })
     }
 
@@ -259,14 +534,16 @@ impl ChannelConfig {
         self.egress_guard_ms.unwrap_or_else(|| default_guard(Millis(self.min_interval_ms())).0)
     }
 
-    /// The effective privacy-safe text: the configured one, else a fixed text for Miaotixing (a
-    /// third-party service that has no business reading bodies) and none (send the body) otherwise.
+    /// The effective privacy-safe text: the configured one, else a fixed text for Miaotixing, e-mail and
+    /// Web Push (third parties that have no business reading bodies; the latter two send the body only
+    /// with `send_body = true`) and none (send the body) otherwise.
     #[must_use]
     pub fn text(&self) -> Option<&str> {
         match (&self.text, self.kind) {
             (Some(text), _) => Some(text),
             (None, ChannelKind::Miaotixing) => Some(MIAOTIXING_DEFAULT_TEXT),
-            (None, ChannelKind::Webhook | ChannelKind::Queryable) => None,
+            (None, ChannelKind::Email | ChannelKind::Webpush) if !self.send_body => Some(PRIVATE_DEFAULT_TEXT),
+            (None, ChannelKind::Email | ChannelKind::Webpush | ChannelKind::Webhook | ChannelKind::Queryable) => None,
         }
     }
 
@@ -280,7 +557,7 @@ impl ChannelConfig {
     #[must_use]
     pub fn rules(&self) -> ChannelRules {
         ChannelRules {
-            contract: ChannelContract::new(self.kind, self.refusal_5xx, self.query_consistency),
+            contract: ChannelContract::opted(self.kind, self.refusal_5xx, self.query_consistency, self.on_unknown),
             retry: RetryPolicy::new(self.max_attempts, Millis(self.retry_base_ms), Millis(self.retry_cap_ms)),
             policy: Policy::Safe,
             client_timeout: Millis(self.timeout_ms),
@@ -291,5 +568,101 @@ impl ChannelConfig {
                 window: Millis::from_secs(digest.window_secs.unwrap_or(DEFAULT_DIGEST_WINDOW_SECS)),
             }),
         }
+    }
+}
+
+/// Whether `host` is `localhost` or a loopback address: the only hosts an `email` channel may reach
+/// without TLS, and a `webpush` endpoint over plain http.
+#[must_use]
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> ChannelConfig {
+        toml::from_str(text).expect("a channel entry")
+    }
+
+    fn refused(text: &str) -> ConfigError {
+        parse(text).validate().expect_err("refused")
+    }
+
+    const EMAIL: &str = r#"
+        name = "mail"
+        kind = "email"
+        host = "smtp.example.org"
+        from = "herald@notify.example.org"
+    "#;
+
+    const WEBPUSH: &str = r#"
+        name = "browser"
+        kind = "webpush"
+        vapid_private_key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY"
+        vapid_subject = "mailto:ops@notify.example.org"
+    "#;
+
+    #[test]
+    fn an_email_entry_has_starttls_on_587_and_the_private_text_by_default() {
+        let config = parse(EMAIL);
+        config.validate().expect("valid");
+        assert_eq!((config.tls(), config.port()), (SmtpTls::Starttls, 587));
+        assert_eq!(config.text(), Some(PRIVATE_DEFAULT_TEXT));
+        assert_eq!(config.rules().contract.capability, herald_domain::Capability::Neither);
+        let implicit = parse(&format!("{EMAIL}\ntls = \"implicit\""));
+        assert_eq!(implicit.port(), 465);
+    }
+
+    #[test]
+    fn send_body_and_the_opt_ins_are_explicit() {
+        let config = parse(&format!("{EMAIL}\nsend_body = true\non_unknown = \"resend_same_message_id\""));
+        config.validate().expect("valid");
+        assert_eq!(config.text(), None);
+        assert_eq!(config.rules().contract.capability, herald_domain::Capability::Idempotent);
+        let push = parse(&format!("{WEBPUSH}\non_unknown = \"resend_same_topic\""));
+        push.validate().expect("valid");
+        assert_eq!(push.rules().contract.capability, herald_domain::Capability::Idempotent);
+    }
+
+    #[test]
+    fn email_settings_are_checked_by_key() {
+        let key = |text: &str| refused(text).key;
+        assert_eq!(key(&EMAIL.replace("host = \"smtp.example.org\"", "")), "channel.mail.host");
+        assert_eq!(key(&format!("{EMAIL}\ntls = \"none\"")), "channel.mail.tls", "none only on loopback");
+        assert_eq!(key(&EMAIL.replace("herald@notify.example.org", "not an address")), "channel.mail.from");
+        assert_eq!(key(&format!("{EMAIL}\nusername = \"herald\"")), "channel.mail.username");
+        assert_eq!(key(&format!("{EMAIL}\non_unknown = \"resend_same_topic\"")), "channel.mail.on_unknown");
+        assert_eq!(key(&format!("{EMAIL}\nurl = \"http://127.0.0.1:25\"")), "channel.mail.url");
+        assert_eq!(key(&format!("{EMAIL}\nurgency = \"high\"")), "channel.mail.urgency");
+        let local = parse(&EMAIL.replace("smtp.example.org", "127.0.0.1").replace("from", "tls = \"none\"\nfrom"));
+        local.validate().expect("none is fine on loopback");
+        assert_eq!(local.port(), 25);
+    }
+
+    #[test]
+    fn webpush_settings_are_checked_by_key() {
+        let key = |text: &str| refused(text).key;
+        assert_eq!(key(&WEBPUSH.replace("vapid_private_key = ", "# ")), "channel.browser.vapid_private_key");
+        assert_eq!(key(&WEBPUSH.replace("mailto:", "")), "channel.browser.vapid_subject");
+        assert_eq!(key(&format!("{WEBPUSH}\nhost = \"smtp.example.org\"")), "channel.browser.host");
+        assert_eq!(key(&format!("{WEBPUSH}\non_unknown = \"resend_same_message_id\"")), "channel.browser.on_unknown");
+        let webhook = "name = \"push\"\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9\"\nsend_body = true";
+        assert_eq!(key(webhook), "channel.push.send_body");
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug() {
+        let config = parse(&format!("{EMAIL}\nusername = \"herald\"\npassword = \"s3cr3t-pw\""));
+        config.validate().expect("valid");
+        let push = parse(WEBPUSH);
+        let debug = format!("{config:?} {push:?}");
+        assert!(!debug.contains("s3cr3t-pw") && !debug.contains("MDEyMzQ1"), "{debug}");
+        assert_eq!(
+            parse(&format!("{EMAIL}\npassword = 123456\nusername = \"u\"")).password.expect("pw").expose(),
+            "123456"
+        );
     }
 }

@@ -13,9 +13,11 @@ use herald_domain::{ChannelKind, ChannelName, ChannelRules, Policy};
 use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
 
 use crate::config::{ChannelConfig, ConfigError};
+use crate::kinds::email::EmailChannel;
 use crate::kinds::miaotixing::MiaotixingChannel;
 use crate::kinds::queryable::QueryableChannel;
 use crate::kinds::webhook::WebhookChannel;
+use crate::kinds::webpush::WebpushChannel;
 use crate::kinds::ChannelAdapter;
 
 /// One configured channel of whichever kind its `[[channel]]` entry names.
@@ -38,6 +40,8 @@ impl ConfiguredChannel {
             ChannelKind::Webhook => Box::new(WebhookChannel::new(config)?),
             ChannelKind::Queryable => Box::new(QueryableChannel::new(config)?),
             ChannelKind::Miaotixing => Box::new(MiaotixingChannel::new(config)?),
+            ChannelKind::Email => Box::new(EmailChannel::new(config)?),
+            ChannelKind::Webpush => Box::new(WebpushChannel::new(config)?),
         };
         Ok(ConfiguredChannel { adapter, policy: None })
     }

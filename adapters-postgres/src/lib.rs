@@ -12,7 +12,7 @@
 //! * `rows` — the `FromRow` structs and their conversions, and the shared SQL fragments ([`PARKED`]);
 //! * `clock` — [`PgClock`]; `notify` — the wake-up `create` sends, and the [`TaskListener`];
 //! * `transition` — the two writes the claim and the manual resolution share;
-//! * `create`, `claim`, `finish`, `resolve` — the write paths; `views` — the read models;
+//! * `create`, `claim`, `finish`, `resolve`, `read` — the write paths; `views` — the read models;
 //! * `store` — [`PgStore`] and its `NotificationStore` implementation, delegating to the above;
 //! * `prefs` — the `PreferenceStore` implementation; `negative` — the test-only unsafe variants.
 
@@ -23,6 +23,7 @@ mod create;
 mod finish;
 mod notify;
 mod prefs;
+mod read;
 mod resolve;
 mod rows;
 mod store;
@@ -36,7 +37,9 @@ pub use clock::PgClock;
 pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
 pub use rows::PARKED;
 pub use store::PgStore;
-pub use views::ATTEMPTS_OF_TASKS;
+pub use views::{
+    ATTEMPTS_OF_TASKS, INBOX_PAGE, NOTIFICATION_BY_EVENT, NOTIFICATION_BY_REFERENCE, OUTCOME_COUNTS, PARKED_PAGE,
+};
 
 /// The embedded migrations (folder `migrations/` at the workspace root).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");

@@ -30,6 +30,8 @@ impl PreferenceStore for PgStore {
                              THEN p.verified_at END, \
                tested_destination = CASE WHEN EXCLUDED.destination IS NULL OR EXCLUDED.destination = p.destination \
                              THEN p.tested_destination END, \
+               destination_expired_at = CASE WHEN EXCLUDED.destination IS NULL \
+                             OR EXCLUDED.destination = p.destination THEN p.destination_expired_at END, \
                version = p.version + 1, updated_at = now() \
              RETURNING {PREF_COLUMNS}"
         ))
@@ -95,6 +97,19 @@ impl PreferenceStore for PgStore {
         .await
         .map_err(store_error)?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn destination_expired(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError> {
+        // Set by the trigger of migration 0006 when a push service said the subscription is gone.
+        let expired: Option<bool> = sqlx::query_scalar(
+            "SELECT destination_expired_at IS NOT NULL FROM channel_pref WHERE user_id = $1 AND channel = $2",
+        )
+        .bind(user.as_str())
+        .bind(channel.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(expired.unwrap_or(false))
     }
 
     async fn destinations_after(

@@ -1,6 +1,6 @@
 //! The human exit (SPEC §6): manual resolution of a parked task.
 
-use herald_domain::resolve::{resolve_manually as decide_resolution, FinalState};
+use herald_domain::resolve::{resolve_manually_at as decide_resolution, FinalState};
 use herald_domain::{TaskId, Timestamp};
 use herald_ports::store::{ResolveError, Resolved};
 use sqlx::PgPool;
@@ -14,7 +14,11 @@ const LOCK_TASK: &str =
     concat!("SELECT ", task_decision_columns!(), " FROM delivery_task t WHERE t.id = $1 FOR UPDATE");
 
 /// Locks the task, asks the domain (only a parked task may be resolved), and writes the `MANUAL_SENT` /
-/// `MANUAL_FAILED` attempt row with the note and the transition, in one transaction.
+/// `MANUAL_FAILED` / `MANUAL_RESEND` attempt row with the note and the transition, in one transaction.
+///
+/// The note lives on the attempt row only (`delivery_attempt.note`): a human decision is not an error, so
+/// `last_error` is cleared. `RESEND` also gives the task a fresh budget (`attempt_count = 0`); the attempt
+/// rows keep the whole history, so nothing about the earlier attempts is lost.
 pub(crate) async fn resolve_manually(
     pool: &PgPool,
     task: TaskId,
@@ -30,10 +34,18 @@ pub(crate) async fn resolve_manually(
         .map_err(store_error)?
         .ok_or(ResolveError::NotFound)?;
     let row = TaskRow::try_from(row)?;
-    let transition = decide_resolution(&row.snapshot, final_state)
+    let transition = decide_resolution(&row.snapshot, final_state, now)
         .map_err(|refused| ResolveError::NotParked { state: refused.state })?;
     record_decision(&mut tx, &row, row.last_attempt_no + 1, final_state.outcome(), Some(note), now).await?;
-    store_transition(&mut tx, &row, &transition, Some(&format!("resolved by a human: {note}")), now).await?;
+    store_transition(&mut tx, &row, &transition, None, now).await?;
+    if final_state.fresh_budget() {
+        sqlx::query("UPDATE delivery_task SET attempt_count = 0 WHERE user_id = $1 AND id = $2")
+            .bind(row.user_id.as_str())
+            .bind(task.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
+    }
     tx.commit().await.map_err(store_error)?;
     Ok(Resolved { task_id: task, state: transition.state })
 }

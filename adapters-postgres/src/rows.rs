@@ -13,7 +13,8 @@ use herald_domain::{
 };
 use herald_ports::prefs::{ChannelPref, StoredDestination};
 use herald_ports::store::{
-    AttemptView, InboxChannel, InboxItem, NotificationView, StoreError, TaskCount, TaskSummary, TaskView,
+    AttemptView, EgressSlot, InboxChannel, InboxItem, NotificationView, OutcomeCount, StoreError, TaskCount,
+    TaskSummary, TaskView,
 };
 use uuid::Uuid;
 
@@ -222,6 +223,7 @@ pub(crate) struct AttemptRow {
     detail: Option<String>,
     started_at: DateTime<Utc>,
     finished_at: Option<DateTime<Utc>>,
+    note: Option<String>,
 }
 
 impl TryFrom<AttemptRow> for AttemptView {
@@ -236,6 +238,7 @@ impl TryFrom<AttemptRow> for AttemptView {
             started_at: from_db(row.started_at),
             finished_at: opt_from_db(row.finished_at),
             detail: row.detail,
+            note: row.note,
         })
     }
 }
@@ -299,6 +302,7 @@ pub(crate) struct InboxChannelRow {
     in_digest: bool,
     attempt_count: i32,
     last_outcome: Option<String>,
+    last_note: Option<String>,
 }
 
 impl TryFrom<InboxChannelRow> for InboxChannel {
@@ -312,7 +316,63 @@ impl TryFrom<InboxChannelRow> for InboxChannel {
             in_digest: row.in_digest,
             last_outcome: row.last_outcome.as_deref().map(parse_code).transpose()?,
             attempt_count: count_u32(row.attempt_count),
+            note: row.last_note,
         })
+    }
+}
+
+/// A parked task of the review queue: the task's view columns and when it was parked.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ParkedRow {
+    pub parked_at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    pub task: TaskViewRow,
+}
+
+/// A notification id found by a look-up.
+#[derive(sqlx::FromRow)]
+pub(crate) struct IdRow {
+    pub id: i64,
+}
+
+/// When an inbox item was read.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ReadAtRow {
+    pub read_at: Option<DateTime<Utc>>,
+}
+
+/// Attempts of one channel with one outcome (the console's overview).
+#[derive(sqlx::FromRow)]
+pub(crate) struct OutcomeCountRow {
+    channel: String,
+    outcome: String,
+    n: i64,
+    latest: DateTime<Utc>,
+}
+
+impl TryFrom<OutcomeCountRow> for OutcomeCount {
+    type Error = StoreError;
+
+    fn try_from(row: OutcomeCountRow) -> Result<OutcomeCount, StoreError> {
+        Ok(OutcomeCount {
+            channel: ChannelName(row.channel),
+            outcome: parse_code(&row.outcome)?,
+            count: u64::try_from(row.n).unwrap_or(0),
+            latest: from_db(row.latest),
+        })
+    }
+}
+
+/// A channel's egress row.
+#[derive(sqlx::FromRow)]
+pub(crate) struct EgressRow {
+    channel: String,
+    last_call_at: Option<DateTime<Utc>>,
+}
+
+impl From<EgressRow> for EgressSlot {
+    fn from(row: EgressRow) -> EgressSlot {
+        EgressSlot { channel: ChannelName(row.channel), last_call_at: opt_from_db(row.last_call_at) }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The [`PgStore`]: its pools and connection, and the [`NotificationStore`] implementation, which
-//! delegates each method to the module of its path (`create`, `claim`, `finish`, `resolve`, `views`).
+//! delegates each method to the module of its path (`create`, `claim`, `finish`, `resolve`, `read`, `views`).
 
 use std::time::Duration;
 
@@ -8,8 +8,9 @@ use herald_domain::egress::EgressDecision;
 use herald_domain::resolve::FinalState;
 use herald_domain::{ChannelName, ChannelRules, EventKey, NotificationId, TaskId, Timestamp, UserId};
 use herald_ports::store::{
-    ChannelTable, ClaimBatch, ClaimRequest, Created, FinishRecord, FinishResult, GiveBack, InboxItem, NewNotification,
-    NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
+    ChannelTable, ClaimBatch, ClaimRequest, Created, EgressSlot, FinishRecord, FinishResult, GiveBack, InboxCursor,
+    InboxItem, MarkRead, NewNotification, NotificationStore, NotificationView, OutcomeCount, ParkedFilter, ParkedTask,
+    ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection as _, PgConnection, PgPool};
@@ -17,7 +18,7 @@ use sqlx::{Connection as _, PgConnection, PgPool};
 use crate::clock::PgClock;
 use crate::convert::store_error;
 use crate::notify::TaskListener;
-use crate::{claim, create, finish, resolve, views};
+use crate::{claim, create, finish, read, resolve, views};
 
 /// The PostgreSQL store. Cheap to clone: it is a connection pool (two, when finishes get their own).
 #[derive(Clone, Debug)]
@@ -215,5 +216,47 @@ impl NotificationStore for PgStore {
 
     async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
         views::task_counts(&self.pool).await
+    }
+
+    async fn mark_read(
+        &self,
+        user: &UserId,
+        notification: NotificationId,
+        now: Timestamp,
+    ) -> Result<MarkRead, StoreError> {
+        read::mark_read(&self.pool, user, notification, now).await
+    }
+
+    async fn inbox_page(
+        &self,
+        user: &UserId,
+        cursor: Option<InboxCursor>,
+        limit: u32,
+    ) -> Result<Vec<InboxItem>, StoreError> {
+        views::inbox_page(&self.pool, user, cursor, limit).await
+    }
+
+    async fn parked_page(&self, filter: &ParkedFilter) -> Result<Vec<ParkedTask>, StoreError> {
+        views::parked_page(&self.pool, filter).await
+    }
+
+    async fn notification_by_event(
+        &self,
+        user: &UserId,
+        event_key: &EventKey,
+    ) -> Result<Option<NotificationId>, StoreError> {
+        views::notification_by_event(&self.pool, user, event_key).await
+    }
+
+    async fn notification_by_reference(&self, reference: &str) -> Result<Option<NotificationId>, StoreError> {
+        views::notification_by_reference(&self.pool, reference).await
+    }
+
+    async fn outcome_counts(&self, since: Timestamp) -> Result<Vec<OutcomeCount>, StoreError> {
+        views::outcome_counts(&self.pool, since).await
+    }
+
+    async fn egress_slots(&self) -> Result<Vec<EgressSlot>, StoreError> {
+        views::egress_slots(&self.pool).await
     }
 }

@@ -4,20 +4,25 @@
 
 use std::collections::HashMap;
 
-use herald_domain::{NotificationId, UserId};
-use herald_ports::store::{AttemptView, InboxChannel, InboxItem, NotificationView, StoreError, TaskCount, TaskView};
+use herald_domain::{EventKey, TaskId};
+use herald_domain::{NotificationId, Timestamp, UserId};
+use herald_ports::store::{
+    AttemptView, EgressSlot, InboxChannel, InboxCursor, InboxItem, NotificationView, OutcomeCount, ParkedFilter,
+    ParkedTask, StoreError, TaskCount, TaskView,
+};
 use sqlx::PgPool;
 
-use crate::convert::store_error;
+use crate::convert::{from_db, store_error, to_db};
 use crate::rows::{
-    parked, task_view_columns, AttemptRow, InboxChannelRow, InboxRow, NotificationRow, TaskCountRow, TaskViewRow,
+    parked, task_view_columns, AttemptRow, EgressRow, IdRow, InboxChannelRow, InboxRow, NotificationRow,
+    OutcomeCountRow, ParkedRow, TaskCountRow, TaskViewRow,
 };
 
 /// The attempts of several tasks, each named by (user, task) — `$1` users, `$2` task ids, pairwise — so
 /// that every probe uses the `(user_id, task_id, attempt_no)` key: attempts are found by index, never by
 /// scanning `delivery_attempt`.
 pub const ATTEMPTS_OF_TASKS: &str = "SELECT a.task_id, a.attempt_no, a.action, a.outcome, a.late_outcome, a.detail, \
-     a.started_at, a.finished_at \
+     a.started_at, a.finished_at, a.note \
      FROM unnest($1::text[], $2::bigint[]) AS k(user_id, task_id) \
      JOIN delivery_attempt a ON a.user_id = k.user_id AND a.task_id = k.task_id \
      ORDER BY a.task_id, a.attempt_no";
@@ -98,31 +103,47 @@ pub(crate) async fn parked(pool: &PgPool, limit: u32) -> Result<Vec<TaskView>, S
 }
 
 pub(crate) async fn inbox(pool: &PgPool, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError> {
-    let rows: Vec<InboxRow> = sqlx::query_as(
-        "SELECT i.notification_id, n.body, i.created_at, i.read_at FROM inbox_item i \
-         JOIN notification n ON n.user_id = i.user_id AND n.id = i.notification_id \
-         WHERE i.user_id = $1 ORDER BY i.created_at DESC, i.notification_id DESC LIMIT $2",
-    )
-    .bind(user.as_str())
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await
-    .map_err(store_error)?;
+    inbox_page(pool, user, None, limit).await
+}
+
+/// A page of the inbox, newest first, after a cursor (`$3`, `$4`; NULL for the first page): served by
+/// `inbox_item_newest` `(user_id, created_at DESC, notification_id DESC)`, the row comparison being its
+/// key order, and each item's notification by its primary key.
+pub const INBOX_PAGE: &str = "SELECT i.notification_id, n.body, i.created_at, i.read_at FROM inbox_item i \
+     JOIN notification n ON n.user_id = i.user_id AND n.id = i.notification_id \
+     WHERE i.user_id = $1 AND ($3::timestamptz IS NULL OR (i.created_at, i.notification_id) < ($3, $4)) \
+     ORDER BY i.created_at DESC, i.notification_id DESC LIMIT $2";
+
+/// A page of the inbox, newest first, after `cursor` ([`INBOX_PAGE`]).
+pub(crate) async fn inbox_page(
+    pool: &PgPool,
+    user: &UserId,
+    cursor: Option<InboxCursor>,
+    limit: u32,
+) -> Result<Vec<InboxItem>, StoreError> {
+    let rows: Vec<InboxRow> = sqlx::query_as(INBOX_PAGE)
+        .bind(user.as_str())
+        .bind(i64::from(limit))
+        .bind(cursor.map(|c| to_db(c.created_at)))
+        .bind(cursor.map(|c| c.notification_id.0))
+        .fetch_all(pool)
+        .await
+        .map_err(store_error)?;
     let mut items: Vec<InboxItem> = rows.into_iter().map(InboxItem::from).collect();
     let ids: Vec<i64> = items.iter().map(|i| i.notification_id.0).collect();
     // Own tasks, plus the digest task each merged event joined, each with its latest attempt's outcome
     // (one index probe on (user_id, task_id, attempt_no) per task, in this one statement).
     let channel_rows: Vec<InboxChannelRow> = sqlx::query_as(
         "SELECT t.notification_id, t.channel, t.state, t.needs_review, (t.digest_count IS NOT NULL) AS in_digest, \
-                t.attempt_count, last.outcome AS last_outcome \
+                t.attempt_count, last.outcome AS last_outcome, last.note AS last_note \
          FROM delivery_task t \
-         LEFT JOIN LATERAL (SELECT a.outcome FROM delivery_attempt a WHERE a.user_id = t.user_id AND a.task_id = t.id \
+         LEFT JOIN LATERAL (SELECT a.outcome, a.note FROM delivery_attempt a WHERE a.user_id = t.user_id AND a.task_id = t.id \
                             ORDER BY a.attempt_no DESC LIMIT 1) last ON true \
          WHERE t.user_id = $1 AND t.notification_id = ANY($2) \
          UNION ALL \
-         SELECT m.notification_id, m.channel, d.state, d.needs_review, true, d.attempt_count, last.outcome \
+         SELECT m.notification_id, m.channel, d.state, d.needs_review, true, d.attempt_count, last.outcome, last.note \
          FROM digest_member m JOIN delivery_task d ON d.user_id = m.user_id AND d.id = m.digest_task_id \
-         LEFT JOIN LATERAL (SELECT a.outcome FROM delivery_attempt a WHERE a.user_id = d.user_id AND a.task_id = d.id \
+         LEFT JOIN LATERAL (SELECT a.outcome, a.note FROM delivery_attempt a WHERE a.user_id = d.user_id AND a.task_id = d.id \
                             ORDER BY a.attempt_no DESC LIMIT 1) last ON true \
          WHERE m.user_id = $1 AND m.notification_id = ANY($2) \
          ORDER BY 1, 2",
@@ -145,4 +166,88 @@ pub(crate) async fn inbox(pool: &PgPool, user: &UserId, limit: u32) -> Result<Ve
 pub(crate) async fn task_counts(pool: &PgPool) -> Result<Vec<TaskCount>, StoreError> {
     let rows: Vec<TaskCountRow> = sqlx::query_as(TASK_COUNTS).fetch_all(pool).await.map_err(store_error)?;
     rows.into_iter().map(TaskCount::try_from).collect()
+}
+
+/// The review queue with the console's filters: served by `delivery_task_parked` (no channel) or
+/// `delivery_task_parked_by_channel` (migration `0005`), both partial indexes on the parked predicate,
+/// in `(updated_at, id)` order — the keyset the next page continues from.
+pub const PARKED_PAGE: &str = concat!(
+    "SELECT updated_at AS parked_at, ",
+    task_view_columns!(),
+    " FROM delivery_task t WHERE ",
+    parked!(),
+    " AND ($1::text IS NULL OR channel = $1) AND ($2::timestamptz IS NULL OR updated_at <= $2) \
+     AND ($3::timestamptz IS NULL OR (updated_at, id) > ($3, $4)) ORDER BY updated_at, id LIMIT $5"
+);
+
+pub(crate) async fn parked_page(pool: &PgPool, filter: &ParkedFilter) -> Result<Vec<ParkedTask>, StoreError> {
+    let rows: Vec<ParkedRow> = sqlx::query_as(PARKED_PAGE)
+        .bind(filter.channel.as_ref().map(|c| c.as_str().to_owned()))
+        .bind(filter.parked_before.map(to_db))
+        .bind(filter.after.map(|(at, _)| to_db(at)))
+        .bind(filter.after.map(|(_, TaskId(id))| id))
+        .bind(i64::from(filter.limit))
+        .fetch_all(pool)
+        .await
+        .map_err(store_error)?;
+    let parked_at: Vec<_> = rows.iter().map(|r| from_db(r.parked_at)).collect();
+    let tasks = task_views(pool, rows.into_iter().map(|r| r.task).collect()).await?;
+    Ok(parked_at.into_iter().zip(tasks).map(|(parked_at, task)| ParkedTask { parked_at, task }).collect())
+}
+
+/// Served by the unique key `notification_user_event_key`.
+pub const NOTIFICATION_BY_EVENT: &str = "SELECT id FROM notification WHERE user_id = $1 AND event_key = $2";
+
+/// The notification of a user's event ([`NOTIFICATION_BY_EVENT`]).
+pub(crate) async fn notification_by_event(
+    pool: &PgPool,
+    user: &UserId,
+    event_key: &EventKey,
+) -> Result<Option<NotificationId>, StoreError> {
+    let row: Option<IdRow> = sqlx::query_as(NOTIFICATION_BY_EVENT)
+        .bind(user.as_str())
+        .bind(event_key.as_str())
+        .fetch_optional(pool)
+        .await
+        .map_err(store_error)?;
+    Ok(row.map(|r| NotificationId(r.id)))
+}
+
+/// Served by `delivery_task_by_reference` (migration `0005`).
+pub const NOTIFICATION_BY_REFERENCE: &str =
+    "SELECT notification_id AS id FROM delivery_task WHERE reference = $1 LIMIT 1";
+
+/// The notification of a task reference ([`NOTIFICATION_BY_REFERENCE`]). A text that is not a UUID finds
+/// nothing.
+pub(crate) async fn notification_by_reference(
+    pool: &PgPool,
+    reference: &str,
+) -> Result<Option<NotificationId>, StoreError> {
+    let Ok(reference) = uuid::Uuid::parse_str(reference.trim()) else { return Ok(None) };
+    let row: Option<IdRow> =
+        sqlx::query_as(NOTIFICATION_BY_REFERENCE).bind(reference).fetch_optional(pool).await.map_err(store_error)?;
+    Ok(row.map(|r| NotificationId(r.id)))
+}
+
+/// Attempts since `$1` by channel and outcome: a range scan of `delivery_attempt_recent` (migration
+/// `0005`), each attempt's task found by its primary key.
+pub const OUTCOME_COUNTS: &str =
+    "SELECT t.channel, a.outcome, count(*) AS n, max(a.started_at) AS latest FROM delivery_attempt a \
+     JOIN delivery_task t ON t.user_id = a.user_id AND t.id = a.task_id \
+     WHERE a.started_at >= $1 AND a.outcome IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2";
+
+/// Attempts since `since` by channel and outcome ([`OUTCOME_COUNTS`]).
+pub(crate) async fn outcome_counts(pool: &PgPool, since: Timestamp) -> Result<Vec<OutcomeCount>, StoreError> {
+    let rows: Vec<OutcomeCountRow> =
+        sqlx::query_as(OUTCOME_COUNTS).bind(to_db(since)).fetch_all(pool).await.map_err(store_error)?;
+    rows.into_iter().map(OutcomeCount::try_from).collect()
+}
+
+/// One row per channel that ever called (primary key order).
+pub(crate) async fn egress_slots(pool: &PgPool) -> Result<Vec<EgressSlot>, StoreError> {
+    let rows: Vec<EgressRow> = sqlx::query_as("SELECT channel, last_call_at FROM channel_egress ORDER BY channel")
+        .fetch_all(pool)
+        .await
+        .map_err(store_error)?;
+    Ok(rows.into_iter().map(EgressSlot::from).collect())
 }

@@ -108,6 +108,10 @@ pub struct FinalStateArg {
     /// The channel did not accept it.
     #[arg(long)]
     pub failed: bool,
+    /// It did not arrive and should be sent again: the task returns to PENDING with a fresh budget and the
+    /// next send is an ordinary attempt.
+    #[arg(long)]
+    pub resend: bool,
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +130,9 @@ pub struct ResolveArgs {
 pub enum KeysCommand {
     /// Print a new random key (base64 of 32 bytes) for the [keys] section.
     Generate,
+    /// Print a new VAPID key pair for a `webpush` channel: the private key for `vapid_private_key` (or
+    /// its `_file`), and the public key browsers subscribe with (`applicationServerKey`).
+    Vapid,
     /// Re-encrypt every stored destination that is not under `keys.current`.
     Rotate {
         /// Rows read per batch.
@@ -175,6 +182,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", herald_channels::cipher::Keyring::generate_key().expose_secret());
             return Ok(());
         }
+        Command::Keys(KeysCommand::Vapid) => {
+            let (private, public) = herald_channels::kinds::webpush::VapidKey::generate();
+            println!("vapid_private_key = \"{private}\"");
+            println!("# applicationServerKey for the browsers' pushManager.subscribe: {public}");
+            return Ok(());
+        }
         Command::Demo(args) => return demo(&cli, args),
         Command::Init(args) => {
             let config = crate::init::init(&args.dir, &args.database_url)?;
@@ -211,7 +224,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Review(ReviewCommand::Resolve(args)) => {
             let services = store_services(&config, "review resolve").await?;
-            let final_state = if args.state.sent { FinalState::Sent } else { FinalState::Failed };
+            let final_state = if args.state.sent {
+                FinalState::Sent
+            } else if args.state.resend {
+                FinalState::Resend
+            } else {
+                FinalState::Failed
+            };
             println!("{}", review_resolve(&services, TaskId(args.task), final_state, &args.note).await?);
             Ok(())
         }
@@ -224,7 +243,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve(args) => crate::service::serve(config, true, args.migrate).await,
         Command::Worker(args) => crate::service::serve(config, false, args.migrate).await,
-        Command::Keys(KeysCommand::Generate) | Command::Demo(_) | Command::Init(_) => {
+        Command::Keys(KeysCommand::Generate | KeysCommand::Vapid) | Command::Demo(_) | Command::Init(_) => {
             unreachable!("handled before loading")
         }
     }
@@ -336,7 +355,12 @@ pub async fn review_resolve(
         return Err(ConfigError::new("--note", "must not be empty").into());
     }
     match usecases::resolve(services, task, final_state, note).await {
-        Ok(resolved) => Ok(format!("task {} is now {}", resolved.task_id, resolved.state)),
+        Ok(resolved) => Ok(format!(
+            "task {} is now {}: {}: {note}",
+            resolved.task_id,
+            resolved.state,
+            usecases::decision_words(final_state)
+        )),
         Err(ResolveError::NotFound) => anyhow::bail!("task {task} does not exist"),
         Err(ResolveError::NotParked { state }) => {
             anyhow::bail!("task {task} is {state} and not waiting for review; nothing changed")
@@ -364,6 +388,11 @@ mod tests {
         assert_eq!((args.task, args.state.sent, args.state.failed), (7, true, false));
         assert!(parse(&["review", "resolve", "7", "--note", "x"]).is_err());
         assert!(parse(&["review", "resolve", "7", "--sent", "--failed", "--note", "x"]).is_err());
+        let cli =
+            parse(&["review", "resolve", "7", "--resend", "--note", "user checked: nothing arrived"]).expect("valid");
+        let Command::Review(ReviewCommand::Resolve(args)) = cli.command else { panic!("wrong command") };
+        assert!(args.state.resend && !args.state.sent && !args.state.failed);
+        assert!(parse(&["review", "resolve", "7", "--resend", "--sent", "--note", "x"]).is_err());
         assert!(parse(&["review", "resolve", "7", "--failed"]).is_err());
         let cli = parse(&["demo", "--exit", "--help"]).expect("demo arguments pass through");
         let Command::Demo(demo) = cli.command else { panic!("wrong command") };

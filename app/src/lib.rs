@@ -5,6 +5,7 @@ pub mod api;
 pub mod cli;
 pub mod compose;
 pub mod config;
+pub mod console;
 pub mod init;
 pub mod metrics;
 pub mod service;

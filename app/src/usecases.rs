@@ -6,10 +6,13 @@
 use std::time::Instant;
 
 use herald_domain::resolve::FinalState;
-use herald_domain::{slot_kept, ChannelName, EgressDecision, IdempotencyKey, Millis, Observation, TaskId, UserId};
+use herald_domain::{
+    slot_kept, ChannelName, EgressDecision, IdempotencyKey, Millis, NotificationId, Observation, Outcome, TaskId,
+    Timestamp, UserId,
+};
 use herald_ports::{
-    Channel, ChannelPref, DestinationCipher, OutboundMessage, PreferenceStore, ResolveError, Resolved, StoreError,
-    TaskView,
+    Channel, ChannelPref, DestinationCipher, InboxCursor, InboxItem, MarkRead, NotificationView, OutboundMessage,
+    OutcomeCount, ParkedFilter, ParkedTask, PreferenceStore, ResolveError, Resolved, StoreError, TaskCount, TaskView,
 };
 use std::sync::Arc;
 
@@ -36,8 +39,200 @@ pub async fn resolve(
 ) -> Result<Resolved, ResolveError> {
     let now = services.clock.now().await?;
     let resolved = services.store.resolve_manually(task, final_state, note, now).await?;
-    tracing::info!(task_id = %task, state = %resolved.state, "task resolved by a human");
+    // The note is the operator's text: it is not logged (it may quote a user), only the decision.
+    tracing::info!(task_id = %task, state = %resolved.state, decision = final_state.as_str(), "task resolved by a human");
+    metrics::counter!("herald_manual_resolutions_total", "decision" => final_state.as_str()).increment(1);
     Ok(resolved)
+}
+
+/// The words of a human decision, the same in every view (SPEC §6, issue 15): a decision is never shown
+/// as the channel's acceptance, and its note is not an error.
+#[must_use]
+pub fn decision_words(final_state: FinalState) -> &'static str {
+    match final_state {
+        FinalState::Sent => "marked sent by an operator",
+        FinalState::Failed => "marked not sent by an operator",
+        FinalState::Resend => "sent again at an operator's request",
+    }
+}
+
+/// Marks a user's inbox item read (SPEC §11). Repeating it changes nothing and says when it was read.
+///
+/// # Errors
+/// Store failures.
+pub async fn mark_read(
+    services: &Services,
+    user: &UserId,
+    notification: NotificationId,
+) -> Result<MarkRead, StoreError> {
+    let now = services.clock.now().await?;
+    services.store.mark_read(user, notification, now).await
+}
+
+/// A page of a user's inbox, newest first, after `cursor`.
+///
+/// # Errors
+/// Store failures.
+pub async fn inbox_page(
+    services: &Services,
+    user: &UserId,
+    cursor: Option<InboxCursor>,
+    limit: u32,
+) -> Result<Vec<InboxItem>, StoreError> {
+    services.store.inbox_page(user, cursor, limit).await
+}
+
+/// A page of the review queue with the console's filters (channel, parked for at least `min_age`).
+///
+/// # Errors
+/// Store failures.
+pub async fn review_page(
+    services: &Services,
+    channel: Option<ChannelName>,
+    min_age: Option<Millis>,
+    after: Option<(Timestamp, TaskId)>,
+    limit: u32,
+) -> Result<Vec<ParkedTask>, StoreError> {
+    let parked_before = match min_age {
+        Some(age) => Some(services.clock.now().await? - age),
+        None => None,
+    };
+    services.store.parked_page(&ParkedFilter { channel, parked_before, after, limit }).await
+}
+
+/// What the delivery log can be asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogQuery {
+    NotificationId(NotificationId),
+    /// A task reference (the `ref` a channel saw).
+    Reference(String),
+    /// A user's event.
+    Event(UserId, herald_domain::EventKey),
+}
+
+/// The notification a delivery-log query names, with its tasks and every attempt.
+///
+/// # Errors
+/// Store failures.
+pub async fn find_notification(services: &Services, query: &LogQuery) -> Result<Option<NotificationView>, StoreError> {
+    let id = match query {
+        LogQuery::NotificationId(id) => Some(*id),
+        LogQuery::Reference(reference) => services.store.notification_by_reference(reference).await?,
+        LogQuery::Event(user, key) => services.store.notification_by_event(user, key).await?,
+    };
+    match id {
+        Some(id) => services.store.notification(id).await,
+        None => Ok(None),
+    }
+}
+
+/// One channel as the operator overview shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelOverview {
+    pub channel: ChannelName,
+    pub rules: herald_domain::ChannelRules,
+    /// Tasks by state (parked ones counted apart).
+    pub tasks: Vec<TaskCount>,
+    /// Attempts of the last hour by outcome.
+    pub recent: Vec<OutcomeCount>,
+    /// The earliest time the next call may leave (SPEC §7), when the channel has an interval.
+    pub next_slot: Option<Timestamp>,
+    /// The latest failing outcome of the last hour.
+    pub last_error: Option<Outcome>,
+}
+
+/// The operator overview: every configured channel's counts, outcome mix, egress slot and last error.
+///
+/// # Errors
+/// Store failures.
+pub async fn overview(services: &Services) -> Result<(Timestamp, Vec<ChannelOverview>), StoreError> {
+    let now = services.clock.now().await?;
+    let counts = services.store.task_counts().await?;
+    let recent = services.store.outcome_counts(now - Millis::from_secs(3600)).await?;
+    let slots = services.store.egress_slots().await?;
+    let out = services
+        .channels
+        .0
+        .iter()
+        .map(|(channel, rules)| {
+            let recent: Vec<OutcomeCount> = recent.iter().filter(|c| &c.channel == channel).cloned().collect();
+            let last_error = recent
+                .iter()
+                .filter(|c| !c.outcome.is_acceptance() && !c.outcome.is_manual())
+                .max_by_key(|c| c.latest)
+                .map(|c| c.outcome);
+            let next_slot = slots
+                .iter()
+                .find(|s| &s.channel == channel)
+                .and_then(|s| s.last_call_at)
+                .filter(|_| rules.min_interval.0 > 0)
+                .map(|at| at + rules.min_interval + rules.egress_guard);
+            ChannelOverview {
+                channel: channel.clone(),
+                rules: *rules,
+                tasks: counts.iter().filter(|c| &c.channel == channel).cloned().collect(),
+                recent,
+                next_slot,
+                last_error,
+            }
+        })
+        .collect();
+    Ok((now, out))
+}
+
+/// The preferences a user has set, one per configured channel (`None` where nothing is stored).
+///
+/// # Errors
+/// Store failures.
+pub async fn user_channels(
+    services: &Services,
+    user: &UserId,
+) -> Result<Vec<(ChannelName, Option<ChannelPref>)>, StoreError> {
+    let mut out = Vec::new();
+    for channel in services.channels.names() {
+        out.push((channel.clone(), services.prefs.get(user, channel).await?));
+    }
+    Ok(out)
+}
+
+/// Sets a user's switch and, when given, a new destination (encrypted here; the same destination again
+/// keeps the stored ciphertext and its verification).
+///
+/// # Errors
+/// Unknown channel, enabling without a destination, or a store failure.
+pub async fn set_preference(
+    services: &Services,
+    user: &UserId,
+    channel: &ChannelName,
+    enabled: bool,
+    destination: Option<&secrecy::SecretString>,
+) -> Result<ChannelPref, TestSendError> {
+    use secrecy::ExposeSecret as _;
+    adapter(services, channel)?;
+    let stored = services.prefs.destination(user, channel).await?;
+    if enabled && destination.is_none() && stored.is_none() {
+        return Err(TestSendError::NoDestination);
+    }
+    let ciphertext = match destination {
+        Some(new) => {
+            let same = stored.as_ref().is_some_and(|bytes| {
+                services
+                    .cipher
+                    .decrypt(user, channel, bytes)
+                    .is_ok_and(|old| old.expose_secret() == new.expose_secret())
+            });
+            if same {
+                None
+            } else {
+                Some(services.cipher.encrypt(user, channel, new).map_err(|error| {
+                    tracing::error!(%error, "destination could not be encrypted");
+                    TestSendError::Undecryptable
+                })?)
+            }
+        }
+        None => None,
+    };
+    Ok(services.prefs.put(user, channel, enabled, ciphertext).await?)
 }
 
 /// What a test prompt proved.

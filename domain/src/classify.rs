@@ -89,6 +89,11 @@ pub fn classify_send(kind: ChannelKind, refusal_5xx: RefusalProof, reply: Reply<
         ChannelKind::Webhook => classify_json_send(status, body, retry_after, refusal_5xx, true),
         ChannelKind::Queryable => classify_json_send(status, body, retry_after, refusal_5xx, false),
         ChannelKind::Miaotixing => classify_miaotixing(status, body, refusal_5xx),
+        ChannelKind::Webpush => classify_webpush(Reply::Response { status, body, retry_after }, None, refusal_5xx),
+        // SMTP answers are read by [`classify_smtp`]; an HTTP status proves nothing about an e-mail.
+        ChannelKind::Email => {
+            Classified::new(Observation::IoError, format!("HTTP {status} on an SMTP channel: outcome unknown"))
+        }
     }
 }
 
@@ -148,6 +153,193 @@ fn classify_miaotixing(status: u16, body: &str, proof: RefusalProof) -> Classifi
         500..=599 => refusal(status, None, proof),
         _ => Classified::new(Observation::IoError, format!("HTTP {status}: outcome unknown")),
     }
+}
+
+/// The detail of a Web Push answer 404 or 410: the push subscription no longer exists (RFC 8030 §7.3:
+/// "the push service MUST return a 404 (Not Found) or 410 (Gone)" for an expired subscription). Storing an
+/// attempt with this detail disables the user's subscription for that channel (migration `0005`), so its
+/// exact text is part of that contract: `herald-tests` checks the migration spells it the same.
+pub const WEBPUSH_SUBSCRIPTION_EXPIRED: &str = "subscription expired";
+
+/// Classifies the answer to a Web Push message (RFC 8030 §5), one row per status class:
+///
+/// | answer | observation | why |
+/// |---|---|---|
+/// | 201 | ACCEPTED, `Location` as message id | "201 (Created)" is the push service's acceptance — not delivery |
+/// | other 2xx | unknown | not an answer RFC 8030 defines; the message may exist |
+/// | 404, 410 | REJECTED, detail [`WEBPUSH_SUBSCRIPTION_EXPIRED`] | the subscription is gone: nothing was accepted and nothing ever will be |
+/// | 400, 413 | REJECTED | malformed or too large (RFC 8030 §7.2): refused, never accepted |
+/// | 401, 403 | REJECTED | the VAPID authorization was refused (RFC 8292 §4.2): nothing was accepted |
+/// | 429 | RETRYABLE_REJECT, honouring `Retry-After` | too many requests: refused before acceptance |
+/// | 5xx | per `refusal_5xx` | only the operator knows whether the push service refuses before accepting |
+/// | any other status | unknown | an answer we do not understand |
+/// | no request written | RETRYABLE_REJECT | proves non-acceptance |
+/// | timeout, broken connection | TIMEOUT / IO_ERROR | the push service may have accepted |
+///
+/// The `Location` is a URL of the push service; only its last path segment is kept, which is an opaque
+/// message id and never the subscription's endpoint.
+#[must_use]
+pub fn classify_webpush(reply: Reply<'_>, location: Option<&str>, refusal_5xx: RefusalProof) -> Classified {
+    let (status, retry_after) = match reply {
+        Reply::NotSent => {
+            return Classified::new(Observation::RetryableReject { retry_after: None }, "not sent: connection failed")
+        }
+        Reply::TimedOut => return Classified::new(Observation::Timeout, "timed out waiting for the push service"),
+        Reply::Broken => return Classified::new(Observation::IoError, "connection broke after the message was sent"),
+        Reply::Response { status, retry_after, .. } => (status, retry_after),
+    };
+    match status {
+        201 => {
+            let id = location.and_then(|location| {
+                let last = location.trim().trim_end_matches('/').rsplit('/').next()?;
+                let id: String = last.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.~".contains(*c)).collect();
+                (!id.is_empty()).then(|| id.chars().take(128).collect())
+            });
+            Classified::new(Observation::Accepted { provider_msg_id: id }, "accepted by the push service")
+        }
+        404 | 410 => Classified::new(Observation::Rejected, format!("{WEBPUSH_SUBSCRIPTION_EXPIRED} (HTTP {status})")),
+        400 | 413 => Classified::new(Observation::Rejected, format!("HTTP {status}: refused")),
+        401 | 403 => Classified::new(Observation::Rejected, format!("HTTP {status}: VAPID authorization refused")),
+        429 => refusal(status, retry_after, RefusalProof::BeforeAcceptance),
+        500..=599 => refusal(status, retry_after, refusal_5xx),
+        _ => Classified::new(Observation::IoError, format!("HTTP {status}: outcome unknown")),
+    }
+}
+
+/// Whether a classified Web Push answer says the subscription is gone (404 or 410).
+#[must_use]
+pub fn webpush_subscription_expired(classified: &Classified) -> bool {
+    classified.observation == Observation::Rejected && classified.detail.starts_with(WEBPUSH_SUBSCRIPTION_EXPIRED)
+}
+
+/// The step of an SMTP transaction (RFC 5321 §3.3) at which a send stopped. Everything up to
+/// [`SmtpStage::Data`] happens before any of the message was sent; [`SmtpStage::EndOfData`] is the wait for
+/// the reply to the final `.` — the one moment at which the server may have taken responsibility without
+/// the client learning it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmtpStage {
+    /// TCP connect, implicit TLS, the greeting and EHLO.
+    Connect,
+    /// `STARTTLS` and the TLS handshake after it.
+    StartTls,
+    /// `AUTH`.
+    Auth,
+    /// `MAIL FROM`.
+    Mail,
+    /// `RCPT TO`.
+    Rcpt,
+    /// The `DATA` command, up to its `354`.
+    Data,
+    /// The message and its final `.` were being sent, or its reply awaited.
+    EndOfData,
+}
+
+/// What an SMTP client saw at a stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SmtpEvent<'a> {
+    /// A reply with this code; `text` is the reply's text (only a queue id is ever taken from it).
+    Reply { code: u16, text: &'a str },
+    /// No (complete) reply within the client timeout.
+    TimedOut,
+    /// The connection broke, or the reply could not be read.
+    Broken,
+}
+
+/// Classifies how an SMTP send ended (RFC 5321 §4.2, §4.1.1.4, §6.1), one row per stage and reply class:
+///
+/// | stage | event | observation | why |
+/// |---|---|---|---|
+/// | connect, TLS, AUTH | any failure, any reply code | RETRYABLE_REJECT | no transaction was begun: nothing was sent |
+/// | MAIL, RCPT, DATA | 4yz | RETRYABLE_REJECT | transient refusal before any of the message was sent |
+/// | MAIL, RCPT, DATA | 5yz | REJECTED | permanent refusal |
+/// | MAIL, RCPT, DATA | timeout, broken | RETRYABLE_REJECT | the final `.` was never sent, so no message can be delivered |
+/// | end of DATA | 2yz | ACCEPTED (queue id from "queued as …" if given) | the server took responsibility |
+/// | end of DATA | 4yz | RETRYABLE_REJECT | the server refused it and must not deliver |
+/// | end of DATA | 5yz | REJECTED | permanent refusal |
+/// | end of DATA | timeout | TIMEOUT | RFC 5321 §4.1.1.4: the server may have accepted; resending "would typically result in delivery of multiple copies" |
+/// | end of DATA | broken, other codes | IO_ERROR | unknown, as above |
+///
+/// A stage before the end of DATA that reports a positive code (2yz, 3yz) ended the send without sending
+/// the message: RETRYABLE_REJECT. The details are fixed words and the code, never the reply's text, which
+/// may echo the address.
+#[must_use]
+pub fn classify_smtp(stage: SmtpStage, event: SmtpEvent<'_>) -> Classified {
+    let retry = |detail: String| Classified::new(Observation::RetryableReject { retry_after: None }, detail);
+    let name = match stage {
+        SmtpStage::Connect => "connect",
+        SmtpStage::StartTls => "STARTTLS",
+        SmtpStage::Auth => "AUTH",
+        SmtpStage::Mail => "MAIL",
+        SmtpStage::Rcpt => "RCPT",
+        SmtpStage::Data => "DATA",
+        SmtpStage::EndOfData => "end of DATA",
+    };
+    match (stage, event) {
+        (SmtpStage::Connect | SmtpStage::StartTls | SmtpStage::Auth, SmtpEvent::Reply { code, .. }) => {
+            retry(format!("not sent: SMTP {code} at {name}"))
+        }
+        (SmtpStage::Connect | SmtpStage::StartTls | SmtpStage::Auth, SmtpEvent::TimedOut) => {
+            retry(format!("not sent: timed out at {name}"))
+        }
+        (SmtpStage::Connect | SmtpStage::StartTls | SmtpStage::Auth, SmtpEvent::Broken) => {
+            retry(format!("not sent: connection failed at {name}"))
+        }
+        (SmtpStage::Mail | SmtpStage::Rcpt | SmtpStage::Data, SmtpEvent::Reply { code: 500..=599, .. }) => {
+            Classified::new(Observation::Rejected, format!("refused: SMTP {code} at {name}", code = reply_code(event)))
+        }
+        (SmtpStage::Mail | SmtpStage::Rcpt | SmtpStage::Data, SmtpEvent::Reply { code, .. }) => {
+            retry(format!("not sent: SMTP {code} at {name}"))
+        }
+        (SmtpStage::Mail | SmtpStage::Rcpt | SmtpStage::Data, SmtpEvent::TimedOut) => {
+            retry(format!("not sent: timed out at {name}, before the message"))
+        }
+        (SmtpStage::Mail | SmtpStage::Rcpt | SmtpStage::Data, SmtpEvent::Broken) => {
+            retry(format!("not sent: connection broke at {name}, before the message"))
+        }
+        (SmtpStage::EndOfData, SmtpEvent::Reply { code: 200..=299, text }) => Classified::new(
+            Observation::Accepted { provider_msg_id: queue_id(text) },
+            format!("accepted: SMTP {code} at end of DATA", code = reply_code(event)),
+        ),
+        (SmtpStage::EndOfData, SmtpEvent::Reply { code: 400..=499, .. }) => Classified::new(
+            Observation::RetryableReject { retry_after: None },
+            format!("refused before acceptance: SMTP {code} at end of DATA", code = reply_code(event)),
+        ),
+        (SmtpStage::EndOfData, SmtpEvent::Reply { code: 500..=599, .. }) => Classified::new(
+            Observation::Rejected,
+            format!("refused: SMTP {code} at end of DATA", code = reply_code(event)),
+        ),
+        (SmtpStage::EndOfData, SmtpEvent::Reply { code, .. }) => {
+            Classified::new(Observation::IoError, format!("SMTP {code} at end of DATA: outcome unknown"))
+        }
+        (SmtpStage::EndOfData, SmtpEvent::TimedOut) => {
+            Classified::new(Observation::Timeout, "timed out waiting for the reply to the end of DATA")
+        }
+        (SmtpStage::EndOfData, SmtpEvent::Broken) => {
+            Classified::new(Observation::IoError, "connection broke after the message was sent: outcome unknown")
+        }
+    }
+}
+
+fn reply_code(event: SmtpEvent<'_>) -> u16 {
+    match event {
+        SmtpEvent::Reply { code, .. } => code,
+        SmtpEvent::TimedOut | SmtpEvent::Broken => 0,
+    }
+}
+
+/// The queue id of a "250 … queued as ID" reply (Postfix, Exim and others say it so): the token after
+/// "queued as", letters, digits and `-._` only, at most 64 characters.
+fn queue_id(text: &str) -> Option<String> {
+    let lower = text.to_ascii_lowercase();
+    let at = lower.find("queued as")? + "queued as".len();
+    let id: String = text[at..]
+        .trim_start_matches([' ', ':'])
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || "-._".contains(*c))
+        .take(64)
+        .collect();
+    let id = id.trim_end_matches('.').to_owned();
+    (!id.is_empty()).then_some(id)
 }
 
 #[derive(Deserialize)]
@@ -226,6 +418,171 @@ mod tests {
         check(W, U, resp(503, ""), Outcome::IoError);
         check(W, B, resp(302, ""), Outcome::IoError);
         check(W, B, Reply::TimedOut, Outcome::Timeout);
+    }
+
+    #[track_caller]
+    fn push(status: u16, expected: Outcome) {
+        let got = classify_webpush(resp(status, ""), None, RefusalProof::BeforeAcceptance);
+        assert_eq!(got.observation.outcome(), expected, "{status} -> {got:?}");
+    }
+
+    #[test]
+    fn webpush_201_is_accepted_with_the_location_as_message_id() {
+        let got = classify_webpush(resp(201, ""), Some("https://push.example/m/AbC-123"), RefusalProof::Unknown);
+        assert_eq!(got.observation, Observation::Accepted { provider_msg_id: Some("AbC-123".into()) });
+        let got = classify_webpush(resp(201, ""), None, RefusalProof::Unknown);
+        assert_eq!(got.observation, Observation::Accepted { provider_msg_id: None });
+    }
+
+    #[test]
+    fn webpush_other_2xx_is_unknown() {
+        push(200, Outcome::IoError);
+        push(202, Outcome::IoError);
+    }
+
+    #[test]
+    fn webpush_404_and_410_reject_and_expire_the_subscription() {
+        for status in [404, 410] {
+            let got = classify_webpush(resp(status, ""), None, RefusalProof::BeforeAcceptance);
+            assert_eq!(got.observation, Observation::Rejected);
+            assert!(webpush_subscription_expired(&got), "{got:?}");
+        }
+    }
+
+    #[test]
+    fn webpush_400_and_413_reject_without_expiring() {
+        for status in [400, 413] {
+            let got = classify_webpush(resp(status, ""), None, RefusalProof::BeforeAcceptance);
+            assert_eq!(got.observation, Observation::Rejected);
+            assert!(!webpush_subscription_expired(&got));
+        }
+    }
+
+    #[test]
+    fn webpush_refused_vapid_is_rejected() {
+        push(401, Outcome::Rejected);
+        push(403, Outcome::Rejected);
+    }
+
+    #[test]
+    fn webpush_429_is_refused_before_acceptance_with_its_retry_after() {
+        let reply = Reply::Response { status: 429, body: "", retry_after: Some("30") };
+        let got = classify_webpush(reply, None, RefusalProof::Unknown);
+        assert_eq!(got.observation, Observation::RetryableReject { retry_after: Some(Millis(30_000)) });
+    }
+
+    #[test]
+    fn webpush_5xx_follows_refusal_5xx() {
+        push(503, Outcome::RetryableReject);
+        let got = classify_webpush(resp(503, ""), None, RefusalProof::Unknown);
+        assert_eq!(got.observation.outcome(), Outcome::IoError);
+    }
+
+    #[test]
+    fn webpush_other_statuses_are_unknown() {
+        push(302, Outcome::IoError);
+        push(405, Outcome::IoError);
+    }
+
+    #[test]
+    fn webpush_transport_rows() {
+        let c = |reply| classify_webpush(reply, None, RefusalProof::BeforeAcceptance).observation.outcome();
+        assert_eq!(c(Reply::NotSent), Outcome::RetryableReject);
+        assert_eq!(c(Reply::TimedOut), Outcome::Timeout);
+        assert_eq!(c(Reply::Broken), Outcome::IoError);
+        assert_eq!(
+            classify_send(ChannelKind::Webpush, RefusalProof::BeforeAcceptance, resp(410, "")).observation,
+            Observation::Rejected
+        );
+    }
+
+    #[track_caller]
+    fn smtp(stage: SmtpStage, event: SmtpEvent<'_>, expected: Outcome) {
+        let got = classify_smtp(stage, event);
+        assert_eq!(got.observation.outcome(), expected, "{stage:?} {event:?} -> {got:?}");
+    }
+
+    fn code(code: u16) -> SmtpEvent<'static> {
+        SmtpEvent::Reply { code, text: "" }
+    }
+
+    #[test]
+    fn smtp_connect_tls_and_auth_failures_are_refusals_before_acceptance() {
+        for stage in [SmtpStage::Connect, SmtpStage::StartTls, SmtpStage::Auth] {
+            smtp(stage, SmtpEvent::Broken, Outcome::RetryableReject);
+            smtp(stage, SmtpEvent::TimedOut, Outcome::RetryableReject);
+            smtp(stage, code(421), Outcome::RetryableReject);
+            smtp(stage, code(535), Outcome::RetryableReject);
+            smtp(stage, code(554), Outcome::RetryableReject);
+        }
+    }
+
+    #[test]
+    fn smtp_4yz_before_the_end_of_data_is_retry_safe() {
+        for stage in [SmtpStage::Mail, SmtpStage::Rcpt, SmtpStage::Data] {
+            smtp(stage, code(421), Outcome::RetryableReject);
+            smtp(stage, code(451), Outcome::RetryableReject);
+        }
+    }
+
+    #[test]
+    fn smtp_5yz_before_the_end_of_data_is_rejected() {
+        for stage in [SmtpStage::Mail, SmtpStage::Rcpt, SmtpStage::Data] {
+            smtp(stage, code(550), Outcome::Rejected);
+            smtp(stage, code(554), Outcome::Rejected);
+        }
+    }
+
+    #[test]
+    fn smtp_no_answer_before_the_final_dot_is_not_accepted() {
+        for stage in [SmtpStage::Mail, SmtpStage::Rcpt, SmtpStage::Data] {
+            smtp(stage, SmtpEvent::TimedOut, Outcome::RetryableReject);
+            smtp(stage, SmtpEvent::Broken, Outcome::RetryableReject);
+        }
+    }
+
+    #[test]
+    fn smtp_2yz_after_the_end_of_data_is_accepted_with_the_queue_id() {
+        let got = classify_smtp(
+            SmtpStage::EndOfData,
+            SmtpEvent::Reply { code: 250, text: "2.0.0 Ok: queued as 4BnKx02Qz1z9" },
+        );
+        assert_eq!(got.observation, Observation::Accepted { provider_msg_id: Some("4BnKx02Qz1z9".into()) });
+        let got = classify_smtp(SmtpStage::EndOfData, SmtpEvent::Reply { code: 250, text: "OK" });
+        assert_eq!(got.observation, Observation::Accepted { provider_msg_id: None });
+    }
+
+    #[test]
+    fn smtp_4yz_after_the_end_of_data_is_refused_before_acceptance() {
+        smtp(SmtpStage::EndOfData, code(451), Outcome::RetryableReject);
+        smtp(SmtpStage::EndOfData, code(421), Outcome::RetryableReject);
+    }
+
+    #[test]
+    fn smtp_5yz_after_the_end_of_data_is_rejected() {
+        smtp(SmtpStage::EndOfData, code(550), Outcome::Rejected);
+        smtp(SmtpStage::EndOfData, code(554), Outcome::Rejected);
+    }
+
+    #[test]
+    fn smtp_no_answer_after_the_final_dot_is_unknown() {
+        smtp(SmtpStage::EndOfData, SmtpEvent::TimedOut, Outcome::Timeout);
+        smtp(SmtpStage::EndOfData, SmtpEvent::Broken, Outcome::IoError);
+        smtp(SmtpStage::EndOfData, code(354), Outcome::IoError);
+    }
+
+    #[test]
+    fn smtp_details_never_copy_the_reply_text() {
+        let got = classify_smtp(
+            SmtpStage::Rcpt,
+            SmtpEvent::Reply { code: 550, text: "5.1.1 <alice@example.org>: Recipient address rejected" },
+        );
+        assert!(!got.detail.contains("alice"), "{got:?}");
+    }
+
+    #[test]
+    fn an_http_answer_on_an_smtp_channel_proves_nothing() {
+        check(ChannelKind::Email, RefusalProof::BeforeAcceptance, resp(200, "{}"), Outcome::IoError);
     }
 
     #[test]

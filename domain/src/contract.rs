@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::time::Millis;
 
-/// The three kinds of channel adapter Herald ships (SPEC §12).
+/// The kinds of channel adapter Herald ships (SPEC §12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChannelKind {
@@ -15,6 +15,12 @@ pub enum ChannelKind {
     Queryable,
     /// Miaotixing: no key, no query.
     Miaotixing,
+    /// E-mail over SMTP (RFC 5321): neither key nor query by default. A 2yz after the end of DATA makes the
+    /// server responsible; no answer to the final "." leaves the outcome unknown.
+    Email,
+    /// Web Push (RFC 8030, 8291, 8292): neither key nor query by default. 201 means the push service accepted
+    /// the message (not that it was delivered).
+    Webpush,
 }
 
 /// How an uncertain attempt can be resolved automatically.
@@ -32,10 +38,68 @@ impl Capability {
     /// The capability that goes with an adapter kind.
     #[must_use]
     pub fn of(kind: ChannelKind, consistency: QueryConsistency) -> Capability {
-        match kind {
-            ChannelKind::Webhook => Capability::Idempotent,
-            ChannelKind::Queryable => Capability::Queryable { consistency },
-            ChannelKind::Miaotixing => Capability::Neither,
+        Capability::opted(kind, consistency, OnUnknown::Park)
+    }
+
+    /// The capability of a kind with the operator's `on_unknown` opt-in (see [`OnUnknown`]).
+    ///
+    /// | kind | `on_unknown` | capability |
+    /// |---|---|---|
+    /// | `webhook` | — | idempotent (`Idempotency-Key`) |
+    /// | `queryable` | — | queryable |
+    /// | `miaotixing` | — | neither |
+    /// | `email` | `park` (default) | neither: an unknown outcome is parked for a human |
+    /// | `email` | `resend_same_message_id` | idempotent *in part*: resent with the same `Message-ID` |
+    /// | `webpush` | `park` (default) | neither |
+    /// | `webpush` | `resend_same_topic` | idempotent *in part*: resent with the same `Topic` |
+    ///
+    /// An opt-in that does not belong to the kind changes nothing (configuration refuses it, see
+    /// [`OnUnknown::fits`]).
+    #[must_use]
+    pub fn opted(kind: ChannelKind, consistency: QueryConsistency, on_unknown: OnUnknown) -> Capability {
+        match (kind, on_unknown) {
+            (ChannelKind::Webhook, _) => Capability::Idempotent,
+            (ChannelKind::Queryable, _) => Capability::Queryable { consistency },
+            (ChannelKind::Email, OnUnknown::ResendSameMessageId)
+            | (ChannelKind::Webpush, OnUnknown::ResendSameTopic) => Capability::Idempotent,
+            (ChannelKind::Miaotixing | ChannelKind::Email | ChannelKind::Webpush, _) => Capability::Neither,
+        }
+    }
+}
+
+/// What an operator allows for an attempt whose outcome is unknown on a channel that has neither an
+/// idempotency key nor a query (SPEC §9). Both opt-ins are **partial** guarantees, which is why they are
+/// opt-ins and parking is the default:
+///
+/// * `resend_same_message_id` (`email`): the resend carries the same `Message-ID: <ntf-{reference}@…>`.
+///   Many receiving systems and mail clients collapse messages with equal Message-IDs; not all do, so a
+///   user may see the message twice. It never creates a second identity.
+/// * `resend_same_topic` (`webpush`): the resend carries the same `Topic`, and a push service replaces a
+///   message with that topic *that is still outstanding* (RFC 8030 §5.4). A message already delivered to
+///   the browser stays delivered: the user may see two.
+///
+/// With an opt-in the domain treats the channel as idempotent: after an unknown outcome it sends again
+/// (within the budget) instead of parking.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUnknown {
+    /// Park the task for a human (the honest default for a channel without key or query).
+    #[default]
+    Park,
+    /// `email` only: resend with the same `Message-ID`.
+    ResendSameMessageId,
+    /// `webpush` only: resend with the same `Topic`.
+    ResendSameTopic,
+}
+
+impl OnUnknown {
+    /// Whether this setting exists for `kind`: `park` for every kind, each resend for its own kind.
+    #[must_use]
+    pub fn fits(self, kind: ChannelKind) -> bool {
+        match self {
+            OnUnknown::Park => true,
+            OnUnknown::ResendSameMessageId => kind == ChannelKind::Email,
+            OnUnknown::ResendSameTopic => kind == ChannelKind::Webpush,
         }
     }
 }
@@ -80,6 +144,17 @@ impl ChannelContract {
     pub fn new(kind: ChannelKind, refusal_5xx: RefusalProof, consistency: QueryConsistency) -> Self {
         ChannelContract { kind, capability: Capability::of(kind, consistency), refusal_5xx }
     }
+
+    /// As [`ChannelContract::new`], with the operator's `on_unknown` opt-in ([`Capability::opted`]).
+    #[must_use]
+    pub fn opted(
+        kind: ChannelKind,
+        refusal_5xx: RefusalProof,
+        consistency: QueryConsistency,
+        on_unknown: OnUnknown,
+    ) -> Self {
+        ChannelContract { kind, capability: Capability::opted(kind, consistency, on_unknown), refusal_5xx }
+    }
 }
 
 /// Everything the claim and finish decisions need to know about one configured channel.
@@ -99,4 +174,52 @@ pub struct ChannelRules {
     pub egress_guard: Millis,
     /// Instant prompts per rolling window before events are merged into a digest.
     pub digest: Option<crate::digest::DigestRule>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: QueryConsistency = QueryConsistency::Immediate;
+
+    #[test]
+    fn email_and_webpush_have_neither_key_nor_query_by_default() {
+        assert_eq!(Capability::of(ChannelKind::Email, C), Capability::Neither);
+        assert_eq!(Capability::of(ChannelKind::Webpush, C), Capability::Neither);
+        assert_eq!(OnUnknown::default(), OnUnknown::Park);
+    }
+
+    #[test]
+    fn email_opt_in_resends_with_the_same_message_id() {
+        assert_eq!(Capability::opted(ChannelKind::Email, C, OnUnknown::ResendSameMessageId), Capability::Idempotent);
+        assert_eq!(Capability::opted(ChannelKind::Email, C, OnUnknown::Park), Capability::Neither);
+    }
+
+    #[test]
+    fn webpush_opt_in_resends_with_the_same_topic() {
+        assert_eq!(Capability::opted(ChannelKind::Webpush, C, OnUnknown::ResendSameTopic), Capability::Idempotent);
+        assert_eq!(Capability::opted(ChannelKind::Webpush, C, OnUnknown::Park), Capability::Neither);
+    }
+
+    #[test]
+    fn an_opt_in_fits_only_its_own_kind() {
+        assert!(OnUnknown::ResendSameMessageId.fits(ChannelKind::Email));
+        assert!(!OnUnknown::ResendSameMessageId.fits(ChannelKind::Webpush));
+        assert!(OnUnknown::ResendSameTopic.fits(ChannelKind::Webpush));
+        assert!(!OnUnknown::ResendSameTopic.fits(ChannelKind::Miaotixing));
+        assert!(!OnUnknown::ResendSameTopic.fits(ChannelKind::Email));
+        for kind in [ChannelKind::Webhook, ChannelKind::Queryable, ChannelKind::Miaotixing] {
+            assert!(OnUnknown::Park.fits(kind));
+            assert_eq!(Capability::opted(kind, C, OnUnknown::ResendSameTopic), Capability::of(kind, C), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn kinds_are_named_as_in_the_configuration() {
+        let names: Vec<String> = [ChannelKind::Email, ChannelKind::Webpush]
+            .iter()
+            .map(|kind| serde_json::to_string(kind).expect("serialises"))
+            .collect();
+        assert_eq!(names, [r#""email""#, r#""webpush""#]);
+    }
 }

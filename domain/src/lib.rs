@@ -24,12 +24,14 @@ pub mod task;
 pub mod time;
 
 pub use claim::{call_fits_lease, choose_action, decide_claim, min_lease, ClaimContext, ClaimDecision, ParkReason};
-pub use contract::{Capability, ChannelContract, ChannelKind, ChannelRules, Policy, QueryConsistency, RefusalProof};
+pub use contract::{
+    Capability, ChannelContract, ChannelKind, ChannelRules, OnUnknown, Policy, QueryConsistency, RefusalProof,
+};
 pub use digest::{decide_digest, DigestDecision, DigestRule, OpenDigest};
 pub use egress::{decide_egress, default_guard, deferral, give_back, slot_kept, EgressDecision};
 pub use finish::{finish, FinishContext};
 pub use ids::{AttemptToken, ChannelName, EventKey, IdempotencyKey, NotificationId, TaskId, ThreadKey, UserId};
-pub use resolve::{resolve_manually, FinalState, NotParked};
+pub use resolve::{manual_decision, resolve_manually, resolve_manually_at, FinalState, NotParked};
 pub use retry::{Jitter, RetryPolicy};
 pub use task::{Action, Observation, Outcome, TaskSnapshot, TaskState, Transition};
 pub use time::{Millis, Timestamp};

@@ -139,10 +139,12 @@ pub enum Outcome {
     // Written by a human.
     ManualSent,
     ManualFailed,
+    /// A person checked that the message did not arrive and asked for it to be sent again (SPEC §6).
+    ManualResend,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 16] = [
+    pub const ALL: [Outcome; 17] = [
         Outcome::Accepted,
         Outcome::AcceptedReplay,
         Outcome::QueryFound,
@@ -159,6 +161,7 @@ impl Outcome {
         Outcome::LeaseExpired,
         Outcome::ManualSent,
         Outcome::ManualFailed,
+        Outcome::ManualResend,
     ];
 
     #[must_use]
@@ -180,7 +183,14 @@ impl Outcome {
             Outcome::LeaseExpired => "LEASE_EXPIRED",
             Outcome::ManualSent => "MANUAL_SENT",
             Outcome::ManualFailed => "MANUAL_FAILED",
+            Outcome::ManualResend => "MANUAL_RESEND",
         }
+    }
+
+    /// True for the rows a person wrote (a manual resolution), which no channel observed.
+    #[must_use]
+    pub fn is_manual(self) -> bool {
+        matches!(self, Outcome::ManualSent | Outcome::ManualFailed | Outcome::ManualResend)
     }
 
     /// True for observations that show the channel accepted the request.

@@ -55,6 +55,15 @@ pub trait PreferenceStore: Send + Sync {
     /// while the stored destination is the one a test send was accepted for; returns whether it did.
     async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError>;
 
+    /// Whether the stored destination was found gone for good by its channel — a Web Push subscription
+    /// answered 404/410 (SPEC §9): the channel was then switched off for this user, and stays marked
+    /// "subscription expired" until a new destination is stored (which clears the mark). A store that
+    /// keeps no such mark answers `false`.
+    async fn destination_expired(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError> {
+        let _ = (user, channel);
+        Ok(false)
+    }
+
     /// Up to `limit` stored destinations after `after` in `(user_id, channel)` order, for rotation.
     async fn destinations_after(
         &self,

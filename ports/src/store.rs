@@ -222,6 +222,8 @@ pub struct AttemptView {
     pub started_at: Timestamp,
     pub finished_at: Option<Timestamp>,
     pub detail: Option<String>,
+    /// The note a person wrote with a manual resolution (`MANUAL_*` rows only). Not an error.
+    pub note: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -248,6 +250,16 @@ impl TaskView {
     #[must_use]
     pub fn is_parked(&self) -> bool {
         herald_domain::task::is_parked(self.state, self.needs_review, self.next_attempt_at)
+    }
+
+    /// The manual resolution that settled this task, with its note, when a person did (the latest manual
+    /// attempt row). Views show it as a human decision, never as the channel's acceptance.
+    #[must_use]
+    pub fn manual_resolution(&self) -> Option<(FinalState, &str)> {
+        self.attempts.iter().rev().find_map(|a| {
+            let decision = herald_domain::resolve::manual_decision(a.outcome?)?;
+            Some((decision, a.note.as_deref().unwrap_or("")))
+        })
     }
 
     /// The outcome sequence of the attempts, oldest first (what the reference cases assert).
@@ -281,6 +293,9 @@ pub struct InboxChannel {
     pub last_outcome: Option<Outcome>,
     /// Attempts spent so far (a PENDING task with none is still "sending").
     pub attempt_count: u32,
+    /// The note of the latest attempt when a person wrote it (a manual resolution), for the words
+    /// "marked sent by an operator: {note}".
+    pub note: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -291,6 +306,61 @@ pub struct InboxItem {
     pub read_at: Option<Timestamp>,
     /// Empty: in-app only.
     pub channels: Vec<InboxChannel>,
+}
+
+/// Where a page of the inbox starts: after the item with this `(created_at, notification_id)` (newest
+/// first, so the next page holds older items).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InboxCursor {
+    pub created_at: Timestamp,
+    pub notification_id: NotificationId,
+}
+
+/// What marking an inbox item read did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkRead {
+    /// Marked now.
+    Marked(Timestamp),
+    /// It was read before, at this time; nothing changed.
+    AlreadyRead(Timestamp),
+    /// No such item in this user's inbox.
+    NotFound,
+}
+
+/// A page of the review queue: parked tasks, oldest first, optionally of one channel and parked before a
+/// time, starting after a task already shown.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParkedFilter {
+    pub channel: Option<ChannelName>,
+    /// Only tasks parked (last changed) at or before this time: "older than" an age.
+    pub parked_before: Option<Timestamp>,
+    /// Continue after this task (its `updated_at`, id), as the previous page ended.
+    pub after: Option<(Timestamp, TaskId)>,
+    pub limit: u32,
+}
+
+/// One parked task of the review queue, with when it was parked (for its age and the next page).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParkedTask {
+    pub parked_at: Timestamp,
+    pub task: TaskView,
+}
+
+/// How many attempts of one channel observed one outcome since a time, and when the latest did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutcomeCount {
+    pub channel: ChannelName,
+    pub outcome: Outcome,
+    pub count: u64,
+    pub latest: Timestamp,
+}
+
+/// A channel's latest egress reservation (SPEC §7): its next call may leave one interval (plus guard)
+/// later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressSlot {
+    pub channel: ChannelName,
+    pub last_call_at: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -319,6 +389,14 @@ pub enum ResolveError {
     Store(#[from] StoreError),
 }
 
+/// What the console's read models answer on a store that does not implement them (wrappers in tests
+/// that only need the delivery paths).
+fn unsupported(what: &str) -> StoreError {
+    StoreError::Unknown(anyhow::anyhow!("{what} is not supported by this store"))
+}
+
+/// The console's reads (SPEC §11 `/console`) and mark-as-read have default bodies that refuse, so a store
+/// wrapper written for the delivery paths keeps compiling; `PgStore` implements every one.
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait NotificationStore: Send + Sync {
@@ -380,4 +458,60 @@ pub trait NotificationStore: Send + Sync {
     /// Tasks counted by channel, state and parked, for the `/metrics` gauges (one aggregate query; the
     /// caller decides how often it runs).
     async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError>;
+
+    /// SPEC §11: marks a user's inbox item read at `now`; repeating it changes nothing (the first time
+    /// stays).
+    async fn mark_read(
+        &self,
+        user: &UserId,
+        notification: NotificationId,
+        now: Timestamp,
+    ) -> Result<MarkRead, StoreError> {
+        let _ = (user, notification, now);
+        Err(unsupported("mark_read"))
+    }
+
+    /// A page of a user's inbox, newest first, after `cursor` (the console's pagination).
+    async fn inbox_page(
+        &self,
+        user: &UserId,
+        cursor: Option<InboxCursor>,
+        limit: u32,
+    ) -> Result<Vec<InboxItem>, StoreError> {
+        let _ = (user, cursor, limit);
+        Err(unsupported("inbox_page"))
+    }
+
+    /// A page of the review queue (the console's filters and pagination).
+    async fn parked_page(&self, filter: &ParkedFilter) -> Result<Vec<ParkedTask>, StoreError> {
+        let _ = filter;
+        Err(unsupported("parked_page"))
+    }
+
+    /// The notification of `(user, event_key)`, if any (the console's delivery log).
+    async fn notification_by_event(
+        &self,
+        user: &UserId,
+        event_key: &EventKey,
+    ) -> Result<Option<NotificationId>, StoreError> {
+        let _ = (user, event_key);
+        Err(unsupported("notification_by_event"))
+    }
+
+    /// The notification whose task has this reference, if any (the console's delivery log).
+    async fn notification_by_reference(&self, reference: &str) -> Result<Option<NotificationId>, StoreError> {
+        let _ = reference;
+        Err(unsupported("notification_by_reference"))
+    }
+
+    /// Attempts counted by channel and outcome since `since` (the console's overview).
+    async fn outcome_counts(&self, since: Timestamp) -> Result<Vec<OutcomeCount>, StoreError> {
+        let _ = since;
+        Err(unsupported("outcome_counts"))
+    }
+
+    /// Every channel's latest egress reservation (the console's overview).
+    async fn egress_slots(&self) -> Result<Vec<EgressSlot>, StoreError> {
+        Err(unsupported("egress_slots"))
+    }
 }

@@ -11,6 +11,7 @@ pub mod cases;
 pub mod clock;
 pub mod db;
 pub mod evidence;
+pub mod peers;
 pub mod wait;
 pub mod world;
 

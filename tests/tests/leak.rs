@@ -396,3 +396,167 @@ async fn a_planted_destination_appears_in_no_log_error_response_or_row() -> anyh
     assert!(found.iter().any(|l| l.contains("escape: LEAK")), "a plain bytea is found as text: {found:?}");
     Ok(())
 }
+
+/// The canary of the e-mail and Web Push case: another string than [`CANARY`], so this test and the one
+/// above (which plants a deliberate log leak of its canary) can share the one global capture.
+const CANARY_MAIL_PUSH: &str = "LEAK-mailpush-8Rk2";
+
+fn mail_push_leaks(haystack: &str) -> Vec<String> {
+    let hex: String = CANARY_MAIL_PUSH.bytes().map(|b| format!("{b:02x}")).collect();
+    let needles = [CANARY_MAIL_PUSH.to_owned(), CANARY_MAIL_PUSH.to_lowercase(), hex.clone(), hex.to_uppercase()];
+    haystack.lines().filter(|line| needles.iter().any(|n| line.contains(n.as_str()))).map(str::to_owned).collect()
+}
+
+/// Issue 13: an e-mail address and a Web Push subscription (the canary in the address's local part and in
+/// the endpoint's path) flow through the API, the store, the worker, the SMTP and Web Push adapters and
+/// their real peers — accepted, refused (550; 410, which also switches the channel off), and unanswered —
+/// and are then searched for in every log line, error text, API response and database row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_email_and_webpush_destinations_appear_in_no_log_error_response_or_row() -> anyhow::Result<()> {
+    use herald_channels::config::{ChannelConfig, ConfigSecret, SmtpTls};
+    use herald_channels::kinds::webpush::VapidKey;
+    use herald_domain::ChannelKind;
+    use herald_tests::peers::push::{PushPeer, Step};
+    use herald_tests::peers::smtp::SmtpPeer;
+
+    if !herald_tests::peers::python_has("aiosmtpd") {
+        assert!(std::env::var_os("CI").is_none(), "aiosmtpd is missing on CI: .ci/run installs it");
+        eprintln!("skipped: aiosmtpd is not installed");
+        return Ok(());
+    }
+    let logs = capture();
+    let smtp = SmtpPeer::start("accept,rcpt:550,delay:3").await?;
+    let push = PushPeer::start().await?;
+    push.script([Step::Accept, Step::Status(410, None), Step::Hang]);
+    let mut mail = ChannelConfig::new("mail", ChannelKind::Email, "");
+    mail.host = Some("127.0.0.1".into());
+    mail.port = Some(smtp.port());
+    mail.tls = Some(SmtpTls::None);
+    mail.from = Some("herald@notify.example.org".into());
+    mail.timeout_ms = 1_000;
+    let mut webpush = ChannelConfig::new("webpush", ChannelKind::Webpush, "");
+    webpush.vapid_private_key = Some(ConfigSecret::new(VapidKey::generate().0));
+    webpush.vapid_subject = Some("mailto:ops@notify.example.org".into());
+    webpush.allow_loopback_endpoints = true;
+    webpush.timeout_ms = 1_000;
+    let world = World::with(ClockMode::Database, |configs| configs.extend([mail, webpush])).await?;
+
+    let auth = Authenticator::new(
+        &[SecretString::from(SERVICE_TOKEN)],
+        &[SecretString::from(ADMIN_TOKEN)],
+        SecretString::from("user-token-secret-of-the-leak-test"),
+    );
+    let users = ["leak-a", "leak-b", "leak-c"];
+    let tokens: Vec<String> = users.iter().map(|u| auth.user_token(u).expose_secret().to_owned()).collect();
+    let state = ApiState {
+        store: world.store.clone(),
+        prefs: world.store.clone(),
+        registry: world.registry.clone(),
+        cipher: world.cipher.clone(),
+        clock: world.clock.clone(),
+        auth: Arc::new(auth),
+        channels: Arc::new(world.table()),
+        readiness: Arc::new(ClockReadiness(world.clock.clone())),
+        metrics: None,
+        body_limit: DEFAULT_BODY_LIMIT,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(api::serve(
+        listener,
+        api::router(state),
+        async move {
+            let _ = stop_rx.await;
+        },
+        Duration::from_secs(5),
+    ));
+    let mut client = ApiClient { base, http: reqwest::Client::builder().no_proxy().build()?, transcript: Vec::new() };
+    let (put, post, get) = (reqwest::Method::PUT, reqwest::Method::POST, reqwest::Method::GET);
+
+    // Destinations through the API, and refusals of malformed ones that carry the canary.
+    for (user, token) in users.iter().zip(&tokens) {
+        let address = format!("{CANARY_MAIL_PUSH}-{user}@mail.example.org");
+        let subscription = push.subscribe_tagged(Some(&format!("{CANARY_MAIL_PUSH}-{user}")));
+        for (channel, destination) in [("mail", address), ("webpush", subscription)] {
+            let body = json!({ "destination": destination, "enabled": true }).to_string();
+            let path = format!("/v1/users/{user}/channels/{channel}");
+            let (status, answer) = client.call(put.clone(), &path, token, Some(&body)).await;
+            assert_eq!(status, 200, "PUT {user}/{channel}: {answer}");
+        }
+    }
+    for (channel, bad) in [
+        ("mail", format!("{CANARY_MAIL_PUSH} <{CANARY_MAIL_PUSH}@mail.example.org>")),
+        ("webpush", format!(r#"{{"endpoint":"https://push.example/{CANARY_MAIL_PUSH}","keys":{{}}}}"#)),
+        ("webpush", format!("{CANARY_MAIL_PUSH}@mail.example.org")),
+    ] {
+        let body = json!({ "destination": bad, "enabled": true }).to_string();
+        let (status, _) = client
+            .call(put.clone(), &format!("/v1/users/leak-probe/channels/{channel}"), ADMIN_TOKEN, Some(&body))
+            .await;
+        assert_eq!(status, 422, "{channel}: {bad}");
+    }
+
+    for user in users {
+        let body = json!({ "user_id": user, "event_key": format!("leak-{user}"), "body": format!("Order update for {user}"), "ttl_seconds": 3600 })
+            .to_string();
+        let (status, answer) = client.call(post.clone(), "/v1/notifications", SERVICE_TOKEN, Some(&body)).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let worker = world.worker("leak-worker", 5_000);
+    for _ in 0..3 {
+        worker.drain(20).await?;
+    }
+    for (user, token) in users.iter().zip(&tokens) {
+        let (status, _) = client.call(get.clone(), &format!("/v1/users/{user}/inbox"), token, None).await;
+        assert_eq!(status, 200);
+        let path = format!("/v1/users/{user}/channels/webpush");
+        let (status, _) = client.call(put.clone(), &path, token, Some(r#"{"enabled": false}"#)).await;
+        assert_eq!(status, 200);
+    }
+    assert!(
+        client.transcript.iter().any(|r| r.contains("\"status\":\"subscription expired\"")),
+        "the 410'd subscription shows as expired"
+    );
+    let (status, review) = client.call(get.clone(), "/v1/review", ADMIN_TOKEN, None).await;
+    assert_eq!(status, 200, "{review}");
+    let _ = stop_tx.send(());
+    let _ = server.await;
+
+    // The canary really flowed to both peers, and every row of both contracts was seen.
+    assert!(smtp.received().iter().any(|m| m.rcpt.contains(CANARY_MAIL_PUSH)), "aiosmtpd got an address");
+    assert!(push.requests().len() >= 3, "the push service got every subscription");
+    let outcomes: Vec<String> = sqlx::query_scalar(
+        "SELECT t.channel || ':' || a.outcome FROM delivery_attempt a JOIN delivery_task t \
+         ON t.user_id = a.user_id AND t.id = a.task_id WHERE a.outcome IS NOT NULL",
+    )
+    .fetch_all(world.store.pool())
+    .await?;
+    for expected in
+        ["mail:ACCEPTED", "mail:REJECTED", "mail:TIMEOUT", "webpush:ACCEPTED", "webpush:REJECTED", "webpush:TIMEOUT"]
+    {
+        assert!(outcomes.iter().any(|o| o == expected), "{expected} among {outcomes:?}");
+    }
+    let expired = world.db.count("SELECT count(*) FROM channel_pref WHERE destination_expired_at IS NOT NULL").await?;
+    assert_eq!(expired, 1, "the 410 switched one subscription off");
+
+    let errors: Vec<String> = sqlx::query_scalar(
+        "SELECT last_error FROM delivery_task WHERE last_error IS NOT NULL \
+         UNION ALL SELECT detail FROM delivery_attempt WHERE detail IS NOT NULL",
+    )
+    .fetch_all(world.store.pool())
+    .await?;
+    assert!(errors.len() >= 4, "error texts were written: {errors:?}");
+    assert_eq!(mail_push_leaks(&errors.join("\n")), Vec::<String>::new(), "no error text carries a destination");
+    assert_eq!(mail_push_leaks(&client.transcript.join("\n")), Vec::<String>::new(), "no API response does");
+    let (dump, bytea_values) = dump_database(world.store.pool()).await?;
+    assert!(bytea_values >= 6, "the dump holds the encrypted destinations ({bytea_values})");
+    assert_eq!(mail_push_leaks(&dump), Vec::<String>::new(), "the database holds no destination in plain text");
+    let log = logs.text();
+    assert!(log.contains("channel=mail") && log.contains("channel=webpush"), "the capture saw both adapters");
+    assert_eq!(mail_push_leaks(&log), Vec::<String>::new(), "no log line carries a destination");
+    // Negative control: the same search finds the canary where it really is — in what the peers received.
+    let received: Vec<String> = smtp.received().iter().map(|m| m.rcpt.clone()).collect();
+    assert!(!mail_push_leaks(&received.join("\n")).is_empty(), "the search finds a planted address");
+    Ok(())
+}

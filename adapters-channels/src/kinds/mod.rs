@@ -10,6 +10,8 @@
 //! | [`webhook`] | `webhook` | idempotent | `POST {url}/send` JSON, `Idempotency-Key: ntf-{ref}` |
 //! | [`queryable`] | `queryable` | queryable | `POST {url}/messages` JSON, `GET {url}/messages?ref=` |
 //! | [`miaotixing`] | `miaotixing` | neither | `POST {url}/trigger` form `id={code}&text=` |
+//! | [`email`] | `email` | neither (opt-in: resend with the same `Message-ID`) | SMTP, step by step, `Message-ID: <ntf-{ref}@…>` |
+//! | [`webpush`] | `webpush` | neither (opt-in: resend with the same `Topic`) | `POST {endpoint}` `aes128gcm`, VAPID, `TTL`, `Topic` |
 //!
 //! **Adding a kind** (e-mail, Web Push, …) is one new module here plus its rows elsewhere:
 //! * the module: a struct holding a `ChannelBase` and its transport (the HTTP kinds use `HttpTransport`
@@ -30,9 +32,25 @@ use herald_ports::Channel;
 
 use crate::config::{ChannelConfig, ConfigError};
 
+pub mod email;
 pub mod miaotixing;
 pub mod queryable;
 pub mod webhook;
+pub mod webpush;
+
+/// Checks a destination before it is stored (`PUT /v1/users/{u}/channels/{c}`): an e-mail address for
+/// `email`, a `PushSubscription` JSON for `webpush`; the other kinds take any text (a URL-safe code,
+/// a number) and leave the check to their channel.
+///
+/// # Errors
+/// A short reason that never repeats the destination.
+pub fn check_destination(kind: ChannelKind, destination: &str) -> Result<(), &'static str> {
+    match kind {
+        ChannelKind::Email => email::check_address(destination).map(drop),
+        ChannelKind::Webpush => webpush::Subscription::parse(destination).map(drop),
+        ChannelKind::Webhook | ChannelKind::Queryable | ChannelKind::Miaotixing => Ok(()),
+    }
+}
 
 /// A kind's adapter as the registry holds it: a [`Channel`] whose `Debug` output shows no destination
 /// and no URL path.
@@ -130,8 +148,22 @@ mod tests {
             (ChannelKind::Webhook, "WebhookChannel"),
             (ChannelKind::Queryable, "QueryableChannel"),
             (ChannelKind::Miaotixing, "MiaotixingChannel"),
+            (ChannelKind::Email, "EmailChannel"),
+            (ChannelKind::Webpush, "WebpushChannel"),
         ] {
-            let channel = ConfiguredChannel::new(&ChannelConfig::new("c", kind, "http://127.0.0.1:9")).expect("valid");
+            let mut config = ChannelConfig::new("c", kind, "http://127.0.0.1:9");
+            if kind == ChannelKind::Email {
+                config.url = String::new();
+                config.host = Some("127.0.0.1".into());
+                config.tls = Some(crate::config::SmtpTls::None);
+                config.from = Some("herald@example.org".into());
+            }
+            if kind == ChannelKind::Webpush {
+                config.url = String::new();
+                config.vapid_private_key = Some(crate::config::ConfigSecret::new(webpush::VapidKey::generate().0));
+                config.vapid_subject = Some("mailto:ops@example.org".into());
+            }
+            let channel = ConfiguredChannel::new(&config).expect("valid");
             assert!(format!("{channel:?}").starts_with(adapter), "{kind:?}: {channel:?}");
             assert_eq!(channel.kind(), kind);
         }

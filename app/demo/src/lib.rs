@@ -568,6 +568,9 @@ fn print_next_steps(
         );
     }
     println!("  curl -s {base}/metrics");
+    println!("\nOpen the console (while the demo runs):");
+    println!("  operator:  {base}/console/login    (sign in with the admin token {admin_token})");
+    println!("  user {user}: {base}/console/login/user?token={}", auth.user_token(&user).expose_secret());
 }
 
 #[cfg(test)]

@@ -82,6 +82,17 @@ impl Authenticator {
         SecretString::from(format!("u.{}.{}", URL_SAFE_NO_PAD.encode(user_id), URL_SAFE_NO_PAD.encode(tag)))
     }
 
+    /// The key that signs console session cookies (`crate::console::session`): derived from
+    /// `user_token_secret` under its own context, so it is the same in every process of one installation
+    /// and cannot be used to make user tokens (or the reverse).
+    #[must_use]
+    pub fn console_key(&self) -> [u8; 32] {
+        let mut mac = HmacSha256::new_from_slice(self.user_secret.expose_secret().as_bytes())
+            .expect("HMAC takes keys of any length");
+        mac.update(b"herald console session key v1\0");
+        mac.finalize().into_bytes().into()
+    }
+
     fn verify_user_token(&self, token: &str) -> Option<String> {
         let rest = token.strip_prefix("u.")?;
         let (user_b64, tag_b64) = rest.split_once('.')?;

@@ -116,12 +116,15 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/users/{user_id}/channels/{channel}/test", post(test_send::test_send))
         .route("/v1/users/{user_id}/channels/{channel}/confirm", post(test_send::confirm))
         .route("/v1/users/{user_id}/inbox", get(routes::get_inbox))
+        .route("/v1/users/{user_id}/inbox/{notification_id}/read", post(routes::mark_read))
         .route("/v1/review", get(routes::list_review))
         .route("/v1/tasks/{task_id}/resolve", post(routes::resolve_task))
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
         .route("/metrics", get(routes::metrics))
         .route("/openapi.json", get(routes::openapi))
+        // The console's pages, over the same state and use cases (`crate::console`).
+        .merge(crate::console::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -190,6 +193,7 @@ impl utoipa::Modify for SecurityAddon {
         test_send::test_send,
         test_send::confirm,
         routes::get_inbox,
+        routes::mark_read,
         routes::list_review,
         routes::resolve_task,
         routes::healthz,

@@ -319,6 +319,8 @@ pub struct AttemptBody {
     pub started_at: String,
     pub finished_at: Option<String>,
     pub detail: Option<String>,
+    /// The note a person wrote with a manual resolution (`MANUAL_*` rows); not an error.
+    pub note: Option<String>,
 }
 
 impl From<&AttemptView> for AttemptBody {
@@ -331,6 +333,7 @@ impl From<&AttemptView> for AttemptBody {
             started_at: rfc3339(a.started_at),
             finished_at: a.finished_at.map(rfc3339),
             detail: a.detail.clone(),
+            note: a.note.clone(),
         }
     }
 }
@@ -352,8 +355,22 @@ pub struct TaskBody {
     pub provider_msg_id: Option<String>,
     pub last_error: Option<String>,
     pub digest_count: Option<u32>,
+    /// How a person settled the task, when one did: shown as a human decision, never as the channel's
+    /// acceptance.
+    pub resolution: Option<ResolutionBody>,
     /// Oldest first.
     pub attempts: Vec<AttemptBody>,
+}
+
+/// A manual resolution as views show it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResolutionBody {
+    /// `SENT`, `FAILED` or `RESEND`.
+    pub final_state: String,
+    /// The operator's note.
+    pub note: String,
+    /// In words: "marked sent by an operator: {note}".
+    pub text: String,
 }
 
 impl From<&TaskView> for TaskBody {
@@ -371,6 +388,11 @@ impl From<&TaskView> for TaskBody {
             provider_msg_id: t.provider_msg_id.clone(),
             last_error: t.last_error.clone(),
             digest_count: t.digest_count,
+            resolution: t.manual_resolution().map(|(decision, note)| ResolutionBody {
+                final_state: decision.as_str().to_owned(),
+                note: note.to_owned(),
+                text: format!("{}: {note}", crate::usecases::decision_words(decision)),
+            }),
             attempts: t.attempts.iter().map(AttemptBody::from).collect(),
         }
     }
@@ -436,6 +458,10 @@ pub struct PreferenceBody {
     pub has_destination: bool,
     pub verified: bool,
     pub version: i64,
+    /// `"subscription expired"` when the push service said the stored Web Push subscription is gone
+    /// (404/410): the channel was switched off until a new subscription is given. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
 }
 
 impl From<&ChannelPref> for PreferenceBody {
@@ -447,6 +473,7 @@ impl From<&ChannelPref> for PreferenceBody {
             has_destination: p.has_destination,
             verified: p.verified,
             version: p.version,
+            status: None,
         }
     }
 }
@@ -456,7 +483,8 @@ pub struct InboxChannelBody {
     pub channel: String,
     pub state: String,
     /// In words: "accepted by channel" (never "delivered"), "not sent: channel off", "failed", "expired",
-    /// "outcome unknown — under review", "sending", "waiting to retry", "merged into a digest".
+    /// "outcome unknown — under review", "sending", "waiting to retry", "merged into a digest", and after
+    /// a person's decision "marked sent by an operator: {note}" / "marked not sent by an operator: {note}".
     pub status_text: String,
 }
 
@@ -481,7 +509,8 @@ pub struct InboxBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveRequest {
-    /// `SENT` or `FAILED`: what the person checking found out.
+    /// What the person checking found out: `SENT` (it arrived), `FAILED` (it did not, do not send it
+    /// again) or `RESEND` (it did not, send it again: the task returns to `PENDING` with a fresh budget).
     #[schema(required = true, example = "FAILED")]
     pub final_state: Option<String>,
     /// Why; recorded with the manual attempt row.
@@ -497,16 +526,27 @@ impl ResolveRequest {
                 errors.add("final_state", "is required");
                 None
             }
-            Some("SENT") => Some(FinalState::Sent),
-            Some("FAILED") => Some(FinalState::Failed),
-            Some(_) => {
-                errors.add("final_state", "must be \"SENT\" or \"FAILED\"");
-                None
-            }
+            Some(code) => match code.parse::<FinalState>() {
+                Ok(state) => Some(state),
+                Err(_) => {
+                    errors.add("final_state", "must be \"SENT\", \"FAILED\" or \"RESEND\"");
+                    None
+                }
+            },
         };
         let note = errors.text("note", self.note.as_deref(), MAX_NOTE_CHARS);
         errors.finish(|| Some((state?, note?.to_owned())))
     }
+}
+
+/// `POST /v1/users/{user_id}/inbox/{notification_id}/read`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReadBody {
+    pub notification_id: i64,
+    /// When the item was first marked read.
+    pub read_at: String,
+    /// False when it had been read before (nothing changed).
+    pub changed: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -5,14 +5,14 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use herald_domain::{ChannelName, NotificationId, Outcome, TaskId, TaskState, UserId};
-use herald_ports::{InboxChannel, NotificationView};
+use herald_ports::{InboxChannel, MarkRead, NotificationView};
 
 use super::auth::{Administrator, Caller, Submitter, UserAccess};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::model::{
     rfc3339, CreatedBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody, InboxItemBody, LimitQuery,
-    NotificationBody, PreferenceBody, PutPreference, RecipientCreated, ResolveRequest, ResolvedBody, ReviewBody,
-    ReviewTaskBody, SubmitEvent, SubmitNotification, TaskBody, MAX_DESTINATION_CHARS, MAX_USER_ID_CHARS,
+    NotificationBody, PreferenceBody, PutPreference, ReadBody, RecipientCreated, ResolveRequest, ResolvedBody,
+    ReviewBody, ReviewTaskBody, SubmitEvent, SubmitNotification, TaskBody, MAX_DESTINATION_CHARS, MAX_USER_ID_CHARS,
 };
 use super::problem::{FieldError, Problem};
 use super::ApiState;
@@ -160,6 +160,10 @@ pub async fn get_notification(
     Ok(Json(notification_body(&view)))
 }
 
+/// The preference's `status` when a push service said the stored subscription is gone (404/410): the
+/// channel was switched off, and a new subscription is needed.
+pub const SUBSCRIPTION_EXPIRED: &str = "subscription expired";
+
 fn check_path_user(errors: &mut Errors, user_id: &str) {
     errors.text("user_id", Some(user_id), MAX_USER_ID_CHARS);
 }
@@ -186,7 +190,8 @@ pub async fn put_preference(
     let mut errors = Errors::default();
     check_path_user(&mut errors, &user_id);
     let channel = ChannelName::new(channel);
-    if state.channels.get(&channel).is_none() {
+    let kind = state.channels.get(&channel).map(|rules| rules.contract.kind);
+    if kind.is_none() {
         errors.add("channel", "is not a configured channel");
     }
     if let Some(destination) = &request.destination {
@@ -198,6 +203,9 @@ pub async fn put_preference(
         } else if text.chars().any(char::is_control) {
             // No address, number or channel code has one; a stray one would only fail at the channel.
             errors.add("destination", "must not contain control characters");
+        } else if let Some(Err(reason)) = kind.map(|kind| herald_channels::kinds::check_destination(kind, text)) {
+            // The kind's own check (an e-mail address, a PushSubscription JSON); the reason never repeats it.
+            errors.add("destination", reason);
         }
     }
     if request.enabled.is_none() {
@@ -216,6 +224,17 @@ pub async fn put_preference(
             )]));
         }
     }
+    if enabled
+        && request.destination.is_none()
+        && kind == Some(herald_domain::ChannelKind::Webpush)
+        && state.prefs.destination_expired(&user, &channel).await?
+    {
+        // The push service said this subscription is gone (404/410): switching it on again would only fail.
+        return Err(Problem::validation(vec![FieldError::new(
+            "destination",
+            "is required: the stored subscription expired, the browser must subscribe again",
+        )]));
+    }
     let ciphertext = match &request.destination {
         // The same destination again keeps the stored ciphertext, and with it a verification or a
         // pending test confirmation: encryption uses a fresh nonce, so new bytes would look like a change.
@@ -227,7 +246,11 @@ pub async fn put_preference(
         None => None,
     };
     let pref = state.prefs.put(&user, &channel, enabled, ciphertext).await?;
-    Ok(Json(PreferenceBody::from(&pref)))
+    let mut body = PreferenceBody::from(&pref);
+    if kind == Some(herald_domain::ChannelKind::Webpush) && state.prefs.destination_expired(&user, &channel).await? {
+        body.status = Some(SUBSCRIPTION_EXPIRED.to_owned());
+    }
+    Ok(Json(body))
 }
 
 /// Whether `destination` is what is stored already. A stored value that cannot be decrypted (its key
@@ -255,6 +278,11 @@ pub fn status_text(channel: &InboxChannel) -> &'static str {
     if channel.in_digest && matches!(channel.state, TaskState::Pending | TaskState::Sending) {
         return "merged into a digest";
     }
+    if let Some(decision) = channel.last_outcome.and_then(herald_domain::resolve::manual_decision) {
+        if channel.state == decision.state() {
+            return crate::usecases::decision_words(decision);
+        }
+    }
     match channel.state {
         TaskState::Sent => "accepted by channel",
         TaskState::Suppressed => "not sent: channel off",
@@ -264,6 +292,16 @@ pub fn status_text(channel: &InboxChannel) -> &'static str {
         TaskState::Unknown => "waiting to retry",
         TaskState::Pending if channel.attempt_count > 0 => "waiting to retry",
         TaskState::Pending | TaskState::Sending => "sending",
+    }
+}
+
+/// [`status_text`] with the operator's note after a human decision ("marked sent by an operator: {note}").
+#[must_use]
+pub fn status_words(channel: &InboxChannel) -> String {
+    let text = status_text(channel);
+    match (&channel.note, channel.last_outcome.is_some_and(Outcome::is_manual)) {
+        (Some(note), true) if text.contains("operator") => format!("{text}: {note}"),
+        _ => text.to_owned(),
     }
 }
 
@@ -297,7 +335,7 @@ pub async fn get_inbox(
             .map(|c| InboxChannelBody {
                 channel: c.channel.to_string(),
                 state: c.state.to_string(),
-                status_text: status_text(c).to_owned(),
+                status_text: status_words(c),
             })
             .collect::<Vec<_>>();
         out.push(InboxItemBody {
@@ -341,8 +379,9 @@ pub async fn list_review(
     Ok(Json(ReviewBody { tasks }))
 }
 
-/// Settle a parked task once, as SENT or FAILED, after a person checked. A second call changes nothing
-/// and answers 409.
+/// Settle a parked task once, after a person checked: `SENT`, `FAILED`, or `RESEND` (back to `PENDING`
+/// with a fresh budget; the next send is an ordinary fenced attempt). A second call changes nothing and
+/// answers 409.
 #[utoipa::path(
     post, path = "/v1/tasks/{task_id}/resolve", tag = "review", request_body = ResolveRequest,
     params(("task_id" = i64, Path)),
@@ -365,6 +404,35 @@ pub async fn resolve_task(
     let (final_state, note) = request.validate()?;
     let resolved = crate::usecases::resolve(&state.services(), TaskId(task_id), final_state, &note).await?;
     Ok(Json(ResolvedBody { task_id: resolved.task_id.0, state: resolved.state.to_string() }))
+}
+
+/// Mark an inbox item read. Repeating it changes nothing: the first time stays and `changed` is false.
+#[utoipa::path(
+    post, path = "/v1/users/{user_id}/inbox/{notification_id}/read", tag = "read",
+    params(("user_id" = String, Path), ("notification_id" = i64, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = ReadBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such item in this user's inbox", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn mark_read(
+    State(state): State<ApiState>,
+    _: UserAccess,
+    ApiPath((user_id, notification_id)): ApiPath<(String, i64)>,
+) -> ApiResult<Json<ReadBody>> {
+    let mut errors = Errors::default();
+    check_path_user(&mut errors, &user_id);
+    errors.finish(|| Some(()))?;
+    let id = NotificationId(notification_id);
+    let (read_at, changed) = match crate::usecases::mark_read(&state.services(), &UserId::new(user_id), id).await? {
+        MarkRead::Marked(at) => (at, true),
+        MarkRead::AlreadyRead(at) => (at, false),
+        MarkRead::NotFound => return Err(Problem::not_found()),
+    };
+    Ok(Json(ReadBody { notification_id, read_at: rfc3339(read_at), changed }))
 }
 
 /// Liveness: the process answers.

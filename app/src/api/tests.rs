@@ -514,6 +514,7 @@ async fn inbox_words_and_in_app_only() {
                     in_digest: false,
                     last_outcome: Some(herald_domain::Outcome::Accepted),
                     attempt_count: 1,
+                    note: None,
                 }],
             },
             herald_ports::InboxItem {
@@ -543,6 +544,7 @@ fn status_texts() {
         in_digest,
         last_outcome,
         attempt_count,
+        note: None,
     };
     let cases = [
         (ch(TaskState::Sent, false, false, Some(Outcome::Accepted), 1), "accepted by channel"),
@@ -609,6 +611,7 @@ async fn openapi_document_lists_every_route() {
         "/v1/notifications/{id}",
         "/v1/users/{user_id}/channels/{channel}",
         "/v1/users/{user_id}/inbox",
+        "/v1/users/{user_id}/inbox/{notification_id}/read",
         "/v1/review",
         "/v1/tasks/{task_id}/resolve",
         "/healthz",
@@ -621,4 +624,52 @@ async fn openapi_document_lists_every_route() {
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
     let required = doc["components"]["schemas"]["SubmitNotification"]["required"].as_array().expect("required");
     assert!(required.contains(&json!("user_id")));
+}
+
+/// A form post to the console, with optional cookie and `Sec-Fetch-Site`.
+async fn console_post(state: ApiState, uri: &str, form: &str, cookie: Option<&str>, site: Option<&str>) -> Answer {
+    let mut request =
+        Request::builder().method("POST").uri(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(cookie) = cookie {
+        request = request.header(header::COOKIE, cookie);
+    }
+    if let Some(site) = site {
+        request = request.header("sec-fetch-site", site);
+    }
+    let response = router(state).oneshot(request.body(Body::from(form.to_owned())).unwrap()).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    Answer { status, headers, text: String::from_utf8(bytes.to_vec()).unwrap() }
+}
+
+#[tokio::test]
+async fn console_sign_in_sets_a_strict_http_only_session_and_forms_need_its_csrf_token() {
+    let answer =
+        console_post(Mocks::untouched().state(), "/console/login", &format!("token={ADMIN}"), None, None).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.text);
+    assert_eq!(answer.headers[header::LOCATION], "/console/overview");
+    let cookie = answer.headers[header::SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Path=/console"));
+    assert!(!cookie.contains(ADMIN), "the token is not in the cookie");
+    let session = cookie.split(';').next().unwrap().to_owned();
+
+    // A decision without the session's CSRF token changes nothing (the store is never asked).
+    let forged = "csrf=00000000000000000000000000000000&decision=SENT&note=x";
+    let answer =
+        console_post(Mocks::untouched().state(), "/console/tasks/1/resolve", forged, Some(&session), None).await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN, "{}", answer.text);
+    // No session at all: sign in first.
+    let answer = console_post(Mocks::untouched().state(), "/console/tasks/1/resolve", forged, None, None).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(answer.headers[header::LOCATION], "/console/login?required=1");
+    // A sign-in posted from another site is refused; a wrong token signs nobody in.
+    let answer =
+        console_post(Mocks::untouched().state(), "/console/login", &format!("token={ADMIN}"), None, Some("cross-site"))
+            .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert!(answer.headers.get(header::SET_COOKIE).is_none());
+    let answer = console_post(Mocks::untouched().state(), "/console/login", "token=nope", None, None).await;
+    assert_eq!(answer.headers[header::LOCATION], "/console/login?failed=1");
+    assert!(answer.headers.get(header::SET_COOKIE).is_none());
 }

@@ -457,7 +457,8 @@ async fn review_lists_parked_tasks_and_resolve_settles_once() {
     let review = api.get("/v1/review", ADMIN).await.ok(StatusCode::OK);
     assert_eq!(review["tasks"], json!([]));
     let inbox = api.get("/v1/users/p1/inbox", ADMIN).await.ok(StatusCode::OK);
-    assert_eq!(words(&inbox["items"][0]), [pair("miao", "failed")]);
+    // Issue 15: a human decision reads as one, with its note (it said "failed" before).
+    assert_eq!(words(&inbox["items"][0]), [pair("miao", "marked not sent by an operator: user says nothing arrived")]);
 }
 
 #[tokio::test]

@@ -1,0 +1,303 @@
+//! `kind = "email"` (SPEC §9, §12): SMTP (RFC 5321), neither idempotent nor queryable by default.
+//!
+//! One connection per message, driven one step at a time with lettre's `AsyncSmtpConnection` — connect
+//! (and implicit TLS), EHLO, `STARTTLS`, `AUTH`, `MAIL FROM`, `RCPT TO`, `DATA`, then the message and its
+//! final `.` — each step under what is left of one deadline (`timeout_ms`), so the **stage** of every
+//! failure is known. The adapter only reports the stage and what it saw there (a reply code, no reply
+//! in time, a broken connection); [`classify_smtp`] decides what that proves. The line that matters: a
+//! failure before the message was sent proves nothing was delivered (retry safe); no answer to the final
+//! `.` leaves the outcome unknown (RFC 5321 §4.1.1.4), and unless the operator opted into
+//! `on_unknown = "resend_same_message_id"` the task is parked for a human.
+//!
+//! While the message is being written the adapter cannot tell whether its last bytes left, so the whole
+//! message step counts as "after the end of DATA": it errs towards unknown, as the HTTP kinds do.
+//!
+//! Every message carries `Message-ID: <ntf-{reference}@{domain of from}>`, the same for every attempt of a
+//! task, so that a resend (by a human, or by the opt-in) never creates a second identity — a partial
+//! guarantee: many receivers collapse equal Message-IDs, not all.
+//!
+//! The text is the privacy-safe one ([`crate::config::PRIVATE_DEFAULT_TEXT`] unless `text` is configured,
+//! the body only with `send_body = true`); the subject is a fixed setting. lettre's `tracing` feature
+//! stays off (it logs every command, and `RCPT TO` carries the destination), no reply text is ever put in
+//! a detail, and no `lettre::Error` is formatted (its `Display` quotes the server's reply).
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use herald_domain::classify::{classify_smtp, Classified, SmtpEvent, SmtpStage};
+use herald_domain::{ChannelKind, ChannelName, ChannelRules, Observation};
+use herald_ports::{Channel, OutboundMessage};
+use lettre::message::header::ContentType;
+use lettre::message::Mailbox;
+use lettre::transport::smtp::authentication::{Credentials, Mechanism};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
+use lettre::transport::smtp::extension::ClientId;
+use lettre::Address;
+use secrecy::ExposeSecret;
+use tokio::time::{timeout_at, Instant};
+
+use super::{no_query, send_classified, ChannelBase};
+use crate::config::{ChannelConfig, ConfigError, SmtpTls, EMAIL_DEFAULT_SUBJECT};
+
+/// Longest accepted address (RFC 5321 §4.5.3.1: a path is at most 256 octets including the brackets).
+pub const MAX_ADDRESS_LEN: usize = 254;
+
+/// One configured e-mail channel.
+pub struct EmailChannel {
+    base: ChannelBase,
+    host: String,
+    port: u16,
+    tls: SmtpTls,
+    credentials: Option<Credentials>,
+    from: Address,
+    subject: String,
+    timeout: Duration,
+}
+
+/// Checks an address given as a destination: one plain ASCII `local@domain` (no display name, no
+/// angle brackets), at most [`MAX_ADDRESS_LEN`] characters, with a domain that has a dot.
+///
+/// # Errors
+/// A short reason, never the address.
+pub fn check_address(destination: &str) -> Result<Address, &'static str> {
+    if destination.len() > MAX_ADDRESS_LEN {
+        return Err("must be an e-mail address of at most 254 characters");
+    }
+    if !destination.is_ascii() || destination.trim() != destination {
+        return Err("must be a plain ASCII e-mail address, such as user@example.org");
+    }
+    let address: Address = destination.parse().map_err(|_| "must be an e-mail address, such as user@example.org")?;
+    if !address.domain().contains('.') && !address.domain().eq_ignore_ascii_case("localhost") {
+        return Err("must be an e-mail address with a full domain, such as user@example.org");
+    }
+    Ok(address)
+}
+
+impl EmailChannel {
+    /// Validates `config` (of kind `email`) and reads its password, if any.
+    ///
+    /// # Errors
+    /// An invalid setting or an unreadable `password_file`, naming the key.
+    pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
+        let base = ChannelBase::new(config, ChannelKind::Email)?;
+        let name = config.name.as_str();
+        let host = config.host.clone().unwrap_or_default().trim().to_owned();
+        let from: Address = config
+            .from
+            .as_deref()
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| ConfigError::new(name, "from", "is not an e-mail address"))?;
+        let password = match (&config.password, &config.password_file) {
+            (Some(password), _) => Some(password.expose().to_owned()),
+            (None, Some(path)) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|_| ConfigError::new(name, "password_file", "cannot be read"))?
+                    .trim()
+                    .to_owned(),
+            ),
+            (None, None) => None,
+        };
+        let credentials =
+            config.username.clone().zip(password).map(|(user, password)| Credentials::new(user, password));
+        Ok(EmailChannel {
+            base,
+            host,
+            port: config.port(),
+            tls: config.tls(),
+            credentials,
+            from,
+            subject: config.subject.clone().unwrap_or_else(|| EMAIL_DEFAULT_SUBJECT.to_owned()),
+            timeout: Duration::from_millis(config.timeout_ms),
+        })
+    }
+
+    /// `<ntf-{reference}@{domain of from}>`: stable across every attempt of a task.
+    fn message_id(&self, reference: &str) -> String {
+        format!("<ntf-{reference}@{}>", self.from.domain())
+    }
+
+    /// The message as it goes on the wire (ASCII: lettre encodes a non-ASCII text or subject).
+    fn format(&self, to: Address, message: &OutboundMessage) -> Result<Vec<u8>, Classified> {
+        let email = lettre::Message::builder()
+            .from(Mailbox::new(None, self.from.clone()))
+            .to(Mailbox::new(None, to))
+            .subject(self.subject.as_str())
+            .message_id(Some(self.message_id(&message.reference)))
+            .header(ContentType::TEXT_PLAIN)
+            .body(message.text.clone())
+            .map_err(|_| rejected("the message could not be built"))?;
+        Ok(email.formatted())
+    }
+
+    /// One send, step by step; `Err` is the classified end of a send that stopped early.
+    async fn transaction(&self, to: Address, bytes: &[u8], deadline: Instant) -> Result<Classified, Classified> {
+        let hello = ClientId::default();
+        let implicit = match self.tls {
+            SmtpTls::Implicit => Some(self.tls_parameters(SmtpStage::Connect)?),
+            SmtpTls::Starttls | SmtpTls::None => None,
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let connect = AsyncSmtpConnection::connect_tokio1(
+            (self.host.as_str(), self.port),
+            Some(remaining),
+            &hello,
+            implicit,
+            None,
+        );
+        let mut connection = step(deadline, SmtpStage::Connect, connect).await?;
+        let result = self.after_connect(&mut connection, &hello, to, bytes, deadline).await;
+        match &result {
+            // Politely, but never past the deadline and never changing the outcome.
+            Ok(_) => {
+                let _ = timeout_at(deadline, connection.quit()).await;
+            }
+            Err(_) => {
+                let _ = timeout_at(deadline, connection.abort()).await;
+            }
+        }
+        result
+    }
+
+    async fn after_connect(
+        &self,
+        connection: &mut AsyncSmtpConnection,
+        hello: &ClientId,
+        to: Address,
+        bytes: &[u8],
+        deadline: Instant,
+    ) -> Result<Classified, Classified> {
+        if self.tls == SmtpTls::Starttls {
+            if !connection.can_starttls() {
+                // Required, never skipped: falling back to plain text would send the address in the clear.
+                return Err(classify_smtp(SmtpStage::StartTls, SmtpEvent::Broken));
+            }
+            let parameters = self.tls_parameters(SmtpStage::StartTls)?;
+            step(deadline, SmtpStage::StartTls, connection.starttls(parameters, hello)).await?;
+        }
+        if let Some(credentials) = &self.credentials {
+            step(deadline, SmtpStage::Auth, connection.auth(&[Mechanism::Plain, Mechanism::Login], credentials))
+                .await?;
+        }
+        step(deadline, SmtpStage::Mail, connection.command(Mail::new(Some(self.from.clone()), vec![]))).await?;
+        step(deadline, SmtpStage::Rcpt, connection.command(Rcpt::new(to, vec![]))).await?;
+        step(deadline, SmtpStage::Data, connection.command(Data)).await?;
+        let reply = step(deadline, SmtpStage::EndOfData, connection.message(bytes)).await?;
+        let code = u16::from(reply.code());
+        let text = reply.message().collect::<Vec<_>>().join(" ");
+        Ok(classify_smtp(SmtpStage::EndOfData, SmtpEvent::Reply { code, text: &text }))
+    }
+
+    fn tls_parameters(&self, stage: SmtpStage) -> Result<TlsParameters, Classified> {
+        TlsParameters::new(self.host.clone()).map_err(|_| classify_smtp(stage, SmtpEvent::Broken))
+    }
+}
+
+/// Runs one step under the deadline and says what it saw, for [`classify_smtp`].
+async fn step<T>(
+    deadline: Instant,
+    stage: SmtpStage,
+    future: impl Future<Output = Result<T, lettre::transport::smtp::Error>>,
+) -> Result<T, Classified> {
+    match timeout_at(deadline, future).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(classify_smtp(stage, event_of(&error))),
+        Err(_) => Err(classify_smtp(stage, SmtpEvent::TimedOut)),
+    }
+}
+
+/// What a lettre error shows: a reply code (its text is not kept), a timeout, or a broken exchange.
+fn event_of(error: &lettre::transport::smtp::Error) -> SmtpEvent<'static> {
+    match error.status() {
+        Some(code) => SmtpEvent::Reply { code: u16::from(code), text: "" },
+        None if error.is_timeout() => SmtpEvent::TimedOut,
+        None => SmtpEvent::Broken,
+    }
+}
+
+fn rejected(detail: &str) -> Classified {
+    Classified { observation: Observation::Rejected, detail: detail.to_owned() }
+}
+
+#[async_trait]
+impl Channel for EmailChannel {
+    fn name(&self) -> &ChannelName {
+        self.base.name()
+    }
+
+    fn rules(&self) -> ChannelRules {
+        self.base.rules()
+    }
+
+    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
+        self.base.outbound_text(body, digest_count)
+    }
+
+    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
+    async fn send(&self, message: &OutboundMessage) -> Classified {
+        let deadline = Instant::now() + self.timeout;
+        // Checked when stored; a stored value that is no address (an older row) can never be sent.
+        let Ok(to) = check_address(message.destination.expose_secret()) else {
+            return send_classified(rejected("the stored destination is not an e-mail address"));
+        };
+        let bytes = match self.format(to.clone(), message) {
+            Ok(bytes) => bytes,
+            Err(classified) => return send_classified(classified),
+        };
+        let classified = match self.transaction(to, &bytes, deadline).await {
+            Ok(classified) | Err(classified) => classified,
+        };
+        send_classified(classified)
+    }
+
+    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
+    async fn query(&self, _reference: &str) -> Classified {
+        no_query()
+    }
+}
+
+impl fmt::Debug for EmailChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.base.debug(f, "EmailChannel", &self.host)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_checked_without_repeating_them() {
+        assert!(check_address("alice@example.org").is_ok());
+        assert!(check_address("a.b+tag@mail.example.co.uk").is_ok());
+        for bad in [
+            "",
+            "zqalice",
+            "zqalice@",
+            "@zq.example",
+            "Zq <zq@zq.example>",
+            " zq@zq.example",
+            "ålice@zq.example",
+            "zq@zqexample",
+        ] {
+            let err = check_address(bad).expect_err(bad);
+            assert!(bad.is_empty() || !err.contains(bad), "{err}");
+        }
+        assert!(check_address(&format!("{}@example.org", "a".repeat(250))).is_err());
+    }
+
+    #[test]
+    fn the_message_id_is_stable_and_names_the_senders_domain() {
+        let mut config = ChannelConfig::new("mail", ChannelKind::Email, "");
+        config.host = Some("127.0.0.1".into());
+        config.tls = Some(SmtpTls::None);
+        config.from = Some("herald@notify.example.org".into());
+        let channel = EmailChannel::new(&config).expect("valid");
+        assert_eq!(channel.message_id("r-1"), "<ntf-r-1@notify.example.org>");
+        let debug = format!("{channel:?}");
+        assert!(debug.starts_with("EmailChannel"), "{debug}");
+    }
+}

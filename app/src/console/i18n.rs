@@ -1,0 +1,664 @@
+//! The console's two languages: English and Simplified Chinese.
+//!
+//! **Choice.** A `?lang=en|zh` link (the switch on every page) wins and is remembered in a `herald_lang`
+//! cookie; otherwise the cookie; otherwise the first of `Accept-Language` that is one of ours (`zh*` →
+//! Chinese, anything else → English). The choice is never part of the session, so signing in or out does
+//! not change it.
+//!
+//! **Words.** Every text a page shows is a field of [`Words`], and each language is one `const` of it: a
+//! missing translation is a compile error, not a blank on a page. Status words follow SPEC §1: SENT is
+//! "accepted by channel" / "第三方已接受" — the console never says "delivered" or "已送达" (a test holds
+//! both constants to that).
+
+use axum::http::{header, HeaderMap};
+use herald_domain::resolve::FinalState;
+use herald_domain::{Capability, Outcome, TaskState};
+
+/// A language of the console.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lang {
+    En,
+    Zh,
+}
+
+/// The cookie that remembers the switch.
+pub const LANG_COOKIE: &str = "herald_lang";
+
+impl Lang {
+    #[must_use]
+    pub fn code(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Zh => "zh",
+        }
+    }
+
+    /// The `lang` attribute of the page.
+    #[must_use]
+    pub fn html_lang(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Zh => "zh-Hans",
+        }
+    }
+
+    #[must_use]
+    pub fn parse(code: &str) -> Option<Lang> {
+        match code.trim().to_ascii_lowercase().as_str() {
+            "en" => Some(Lang::En),
+            "zh" | "zh-cn" | "zh-hans" => Some(Lang::Zh),
+            _ => None,
+        }
+    }
+
+    /// The language of a request: explicit choice, then the cookie, then `Accept-Language`.
+    #[must_use]
+    pub fn of_request(explicit: Option<&str>, headers: &HeaderMap) -> Lang {
+        if let Some(lang) = explicit.and_then(Lang::parse) {
+            return lang;
+        }
+        if let Some(lang) = super::session::cookie(headers, LANG_COOKIE).and_then(|v| Lang::parse(&v)) {
+            return lang;
+        }
+        let accept = headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        Lang::from_accept_language(accept)
+    }
+
+    /// The best of ours in an `Accept-Language` value, by its q-values (ties: the order given).
+    #[must_use]
+    pub fn from_accept_language(value: &str) -> Lang {
+        let mut best: Option<(f32, Lang)> = None;
+        for part in value.split(',') {
+            let mut pieces = part.split(';');
+            let tag = pieces.next().unwrap_or("").trim().to_ascii_lowercase();
+            let q = pieces.find_map(|p| p.trim().strip_prefix("q=").and_then(|q| q.parse::<f32>().ok())).unwrap_or(1.0);
+            let lang = if tag.starts_with("zh") {
+                Lang::Zh
+            } else if tag.starts_with("en") {
+                Lang::En
+            } else {
+                continue;
+            };
+            if best.is_none_or(|(bq, _)| q > bq) {
+                best = Some((q, lang));
+            }
+        }
+        best.map_or(Lang::En, |(_, lang)| lang)
+    }
+
+    #[must_use]
+    pub fn words(self) -> &'static Words {
+        match self {
+            Lang::En => &EN,
+            Lang::Zh => &ZH,
+        }
+    }
+}
+
+/// Every text of the console, in one language.
+#[allow(clippy::struct_field_names)]
+pub struct Words {
+    pub product: &'static str,
+    pub switch_to: &'static str,
+    pub skip: &'static str,
+    pub nav_overview: &'static str,
+    pub nav_review: &'static str,
+    pub nav_log: &'static str,
+    pub nav_inbox: &'static str,
+    pub nav_channels: &'static str,
+    pub sign_out: &'static str,
+    pub signed_in_as_operator: &'static str,
+    pub signed_in_as_user: &'static str,
+
+    pub signin_title: &'static str,
+    pub signin_intro: &'static str,
+    pub signin_token: &'static str,
+    pub signin_button: &'static str,
+    pub signin_failed: &'static str,
+    pub signin_required: &'static str,
+    pub signed_out: &'static str,
+    pub csrf_refused: &'static str,
+    pub forbidden: &'static str,
+    pub not_found: &'static str,
+    pub store_down: &'static str,
+
+    pub overview_title: &'static str,
+    pub col_channel: &'static str,
+    pub col_contract: &'static str,
+    pub col_interval: &'static str,
+    pub col_next_slot: &'static str,
+    pub col_tasks: &'static str,
+    pub col_parked: &'static str,
+    pub col_last_hour: &'static str,
+    pub col_last_error: &'static str,
+    pub slot_free: &'static str,
+    pub none: &'static str,
+    pub parked_total: &'static str,
+    pub contract_idempotent: &'static str,
+    pub contract_queryable: &'static str,
+    pub contract_neither: &'static str,
+
+    pub review_title: &'static str,
+    pub review_intro: &'static str,
+    pub filter_channel: &'static str,
+    pub filter_any: &'static str,
+    pub filter_min_age: &'static str,
+    pub filter_apply: &'static str,
+    pub review_empty: &'static str,
+    pub older: &'static str,
+    pub why_parked: &'static str,
+    pub what_to_check: &'static str,
+    pub check_idempotent: &'static str,
+    pub check_queryable: &'static str,
+    pub check_neither: &'static str,
+    pub note_label: &'static str,
+    pub mark_sent: &'static str,
+    pub mark_failed: &'static str,
+    pub send_again: &'static str,
+    pub note_required: &'static str,
+    pub conflict: &'static str,
+    pub resolved: &'static str,
+    pub parked_since: &'static str,
+    pub task: &'static str,
+    pub user: &'static str,
+    pub notification: &'static str,
+    pub reference: &'static str,
+    pub attempts_spent: &'static str,
+
+    pub col_no: &'static str,
+    pub col_action: &'static str,
+    pub col_outcome: &'static str,
+    pub col_late: &'static str,
+    pub col_started: &'static str,
+    pub col_finished: &'static str,
+    pub col_detail: &'static str,
+
+    pub log_title: &'static str,
+    pub log_intro: &'static str,
+    pub log_query: &'static str,
+    pub log_user: &'static str,
+    pub log_event: &'static str,
+    pub log_find: &'static str,
+    pub log_nothing: &'static str,
+    pub notification_title: &'static str,
+    pub body: &'static str,
+    pub event_key: &'static str,
+    pub created: &'static str,
+    pub expires: &'static str,
+    pub in_app_only: &'static str,
+    pub user_inbox_title: &'static str,
+
+    pub inbox_title: &'static str,
+    pub inbox_empty: &'static str,
+    pub unread: &'static str,
+    pub read: &'static str,
+    pub mark_read: &'static str,
+
+    pub channels_title: &'static str,
+    pub channels_intro: &'static str,
+    pub destination_label: &'static str,
+    pub enabled_label: &'static str,
+    pub save: &'static str,
+    pub saved: &'static str,
+    pub dest_set: &'static str,
+    pub dest_not_set: &'static str,
+    pub verified: &'static str,
+    pub not_verified: &'static str,
+    pub on: &'static str,
+    pub off: &'static str,
+    pub send_test: &'static str,
+    pub test_accepted: &'static str,
+    pub i_received_it: &'static str,
+    pub test_refused: &'static str,
+    pub test_not_sent: &'static str,
+    pub test_unknown: &'static str,
+    pub test_too_soon: &'static str,
+    pub test_no_destination: &'static str,
+    pub confirmed: &'static str,
+    pub nothing_to_confirm: &'static str,
+    pub need_destination: &'static str,
+    pub bad_destination: &'static str,
+
+    // Status words (SPEC §1).
+    pub st_accepted: &'static str,
+    pub st_sending: &'static str,
+    pub st_pending: &'static str,
+    pub st_retry: &'static str,
+    pub st_refused: &'static str,
+    pub st_expired: &'static str,
+    pub st_off: &'static str,
+    pub st_unknown_checking: &'static str,
+    pub st_unknown_review: &'static str,
+    pub st_digest: &'static str,
+    pub by_operator_sent: &'static str,
+    pub by_operator_failed: &'static str,
+    pub by_operator_resend: &'static str,
+}
+
+pub static EN: Words = Words {
+    product: "Herald console",
+    switch_to: "中文",
+    skip: "Skip to content",
+    nav_overview: "Overview",
+    nav_review: "Review queue",
+    nav_log: "Delivery log",
+    nav_inbox: "Inbox",
+    nav_channels: "Channels",
+    sign_out: "Sign out",
+    signed_in_as_operator: "Signed in as operator",
+    signed_in_as_user: "Signed in as",
+
+    signin_title: "Sign in",
+    signin_intro: "Operators sign in with an admin token. Users open the personal link they were given.",
+    signin_token: "Admin token",
+    signin_button: "Sign in",
+    signin_failed: "That token is not an admin token.",
+    signin_required: "Please sign in to open that page.",
+    signed_out: "You are signed out.",
+    csrf_refused: "This form has expired or did not come from this console; nothing was changed. Please try again.",
+    forbidden: "This page belongs to someone else.",
+    not_found: "Not found.",
+    store_down: "The database is not answering right now; nothing was changed. Please try again.",
+
+    overview_title: "Overview",
+    col_channel: "Channel",
+    col_contract: "Contract",
+    col_interval: "Interval",
+    col_next_slot: "Next free slot",
+    col_tasks: "Tasks by state",
+    col_parked: "Parked",
+    col_last_hour: "Attempts, last hour",
+    col_last_error: "Last error class",
+    slot_free: "free now",
+    none: "none",
+    parked_total: "Tasks waiting for a person",
+    contract_idempotent: "Idempotent: after an unknown outcome Herald sends again with the same idempotency key; the channel drops the duplicate.",
+    contract_queryable: "Queryable: after an unknown outcome Herald asks the channel by reference and sends again only when it has no record.",
+    contract_neither: "Neither key nor query: an unknown outcome is never sent again automatically; it waits here for a person.",
+
+    review_title: "Review queue",
+    review_intro: "Parked tasks: the channel's answer never came back and Herald cannot find out by itself. Check, then decide once.",
+    filter_channel: "Channel",
+    filter_any: "any",
+    filter_min_age: "Parked for at least (minutes)",
+    filter_apply: "Filter",
+    review_empty: "No task is waiting for review.",
+    older: "Older tasks",
+    why_parked: "Why it is parked",
+    what_to_check: "What to check",
+    check_idempotent: "The channel keeps idempotency keys: ask it whether it holds the key ntf-{ref}.",
+    check_queryable: "The channel can be asked by reference: look up ref {ref} in its records.",
+    check_neither: "{channel} has no idempotency key and no query: ask the user whether the message arrived.",
+    note_label: "Note (required): what you checked",
+    mark_sent: "Mark sent",
+    mark_failed: "Mark not sent",
+    send_again: "Send again",
+    note_required: "A note is required: say what you checked.",
+    conflict: "Task {task} was already settled (it is {state} now); your decision changed nothing.",
+    resolved: "Task {task}: {words}.",
+    parked_since: "parked since",
+    task: "Task",
+    user: "User",
+    notification: "Notification",
+    reference: "Reference",
+    attempts_spent: "attempts",
+
+    col_no: "#",
+    col_action: "Action",
+    col_outcome: "Outcome",
+    col_late: "Late outcome",
+    col_started: "Started",
+    col_finished: "Finished",
+    col_detail: "Detail / note",
+
+    log_title: "Delivery log",
+    log_intro: "Find a notification by its id or a task reference, or by user id and event key. A user id alone shows that user's inbox.",
+    log_query: "Notification id or task reference",
+    log_user: "User id",
+    log_event: "Event key",
+    log_find: "Find",
+    log_nothing: "Nothing matches.",
+    notification_title: "Notification",
+    body: "Text",
+    event_key: "Event key",
+    created: "Created",
+    expires: "Expires",
+    in_app_only: "in-app only",
+    user_inbox_title: "Inbox of user",
+
+    inbox_title: "Your inbox",
+    inbox_empty: "Nothing here yet.",
+    unread: "unread",
+    read: "read",
+    mark_read: "Mark as read",
+
+    channels_title: "Your channels",
+    channels_intro: "Where Herald may reach you. A destination is stored encrypted and never shown again — only whether it is set and verified.",
+    destination_label: "New destination (leave empty to keep the stored one)",
+    enabled_label: "Enabled",
+    save: "Save",
+    saved: "Saved.",
+    dest_set: "destination set",
+    dest_not_set: "no destination",
+    verified: "verified",
+    not_verified: "not verified",
+    on: "on",
+    off: "off",
+    send_test: "Send test",
+    test_accepted: "Accepted by {channel} — did it arrive?",
+    i_received_it: "I received it",
+    test_refused: "Refused by {channel}: {why}. Nothing was verified.",
+    test_not_sent: "Not sent: {channel} could not be reached. Nothing was verified.",
+    test_unknown: "No answer from {channel} — we cannot tell whether it arrived. Not retried.",
+    test_too_soon: "Too soon for {channel}: try again in {secs} s.",
+    test_no_destination: "Set a destination first.",
+    confirmed: "Verified: you confirmed that the test arrived.",
+    nothing_to_confirm: "There is no accepted test to the stored destination to confirm.",
+    need_destination: "A destination is needed to enable this channel.",
+    bad_destination: "That destination is too long or contains control characters; nothing was saved.",
+
+    st_accepted: "accepted by channel",
+    st_sending: "sending",
+    st_pending: "pending",
+    st_retry: "waiting to retry",
+    st_refused: "not sent: refused",
+    st_expired: "not sent: expired",
+    st_off: "not sent: channel off",
+    st_unknown_checking: "outcome unknown — being checked",
+    st_unknown_review: "outcome unknown — waiting for a person",
+    st_digest: "merged into a digest",
+    by_operator_sent: "marked sent by an operator",
+    by_operator_failed: "marked not sent by an operator",
+    by_operator_resend: "sent again at an operator's request",
+};
+
+pub static ZH: Words = Words {
+    product: "Herald 控制台",
+    switch_to: "English",
+    skip: "跳到正文",
+    nav_overview: "概览",
+    nav_review: "待处理",
+    nav_log: "投递记录",
+    nav_inbox: "消息",
+    nav_channels: "渠道",
+    sign_out: "退出",
+    signed_in_as_operator: "已以运营人员身份登录",
+    signed_in_as_user: "已登录：",
+
+    signin_title: "登录",
+    signin_intro: "运营人员使用管理员令牌登录。用户请打开收到的个人链接。",
+    signin_token: "管理员令牌",
+    signin_button: "登录",
+    signin_failed: "该令牌不是管理员令牌。",
+    signin_required: "请先登录再打开该页面。",
+    signed_out: "你已退出。",
+    csrf_refused: "该表单已过期或并非来自本控制台，未作任何更改。请重试。",
+    forbidden: "该页面属于其他用户。",
+    not_found: "未找到。",
+    store_down: "数据库暂时无响应，未作任何更改。请重试。",
+
+    overview_title: "概览",
+    col_channel: "渠道",
+    col_contract: "渠道约定",
+    col_interval: "调用间隔",
+    col_next_slot: "下一个可用时刻",
+    col_tasks: "各状态任务数",
+    col_parked: "已挂起",
+    col_last_hour: "最近一小时的尝试",
+    col_last_error: "最近错误类别",
+    slot_free: "现在可用",
+    none: "无",
+    parked_total: "等待人工处理的任务",
+    contract_idempotent: "幂等：结果未知时以相同幂等键重发，渠道会丢弃重复请求。",
+    contract_queryable: "可查询：结果未知时按编号向渠道查询，只有查无记录才重发。",
+    contract_neither: "既无幂等键也不可查询：结果未知时绝不自动重发，在此等待人工处理。",
+
+    review_title: "待处理",
+    review_intro: "已挂起的任务：渠道的应答没有回来，Herald 无法自行确认。请核实后只做一次决定。",
+    filter_channel: "渠道",
+    filter_any: "全部",
+    filter_min_age: "挂起至少（分钟）",
+    filter_apply: "筛选",
+    review_empty: "没有等待处理的任务。",
+    older: "更早的任务",
+    why_parked: "挂起原因",
+    what_to_check: "需要核实",
+    check_idempotent: "该渠道保存幂等键：请询问渠道是否有键 ntf-{ref}。",
+    check_queryable: "该渠道可按编号查询：请在其记录中查找 ref {ref}。",
+    check_neither: "{channel} 既无幂等键也不可查询：请询问用户是否收到了提醒。",
+    note_label: "备注（必填）：你核实了什么",
+    mark_sent: "标记为已发送",
+    mark_failed: "标记为未发送",
+    send_again: "重新发送",
+    note_required: "备注为必填：请写明你核实了什么。",
+    conflict: "任务 {task} 已被处理（现在是 {state}），你的操作未作任何更改。",
+    resolved: "任务 {task}：{words}。",
+    parked_since: "挂起于",
+    task: "任务",
+    user: "用户",
+    notification: "通知",
+    reference: "编号",
+    attempts_spent: "次尝试",
+
+    col_no: "#",
+    col_action: "动作",
+    col_outcome: "结果",
+    col_late: "迟到的结果",
+    col_started: "开始",
+    col_finished: "结束",
+    col_detail: "详情／备注",
+
+    log_title: "投递记录",
+    log_intro: "按通知编号或任务编号查找，或按用户和事件键查找。只填用户则显示该用户的消息。",
+    log_query: "通知编号或任务编号",
+    log_user: "用户",
+    log_event: "事件键",
+    log_find: "查找",
+    log_nothing: "没有匹配的记录。",
+    notification_title: "通知",
+    body: "内容",
+    event_key: "事件键",
+    created: "创建于",
+    expires: "过期于",
+    in_app_only: "仅站内",
+    user_inbox_title: "用户的消息",
+
+    inbox_title: "我的消息",
+    inbox_empty: "暂无消息。",
+    unread: "未读",
+    read: "已读",
+    mark_read: "标为已读",
+
+    channels_title: "我的渠道",
+    channels_intro: "Herald 可以通过哪些渠道联系你。接收地址加密保存，不会再次显示——只显示是否已设置、是否已验证。",
+    destination_label: "新的接收地址（留空则保留已保存的）",
+    enabled_label: "启用",
+    save: "保存",
+    saved: "已保存。",
+    dest_set: "已设置地址",
+    dest_not_set: "未设置地址",
+    verified: "已验证",
+    not_verified: "未验证",
+    on: "开",
+    off: "关",
+    send_test: "发送测试",
+    test_accepted: "第三方已接受（{channel}）——你收到了吗？",
+    i_received_it: "我已收到",
+    test_refused: "{channel} 拒绝了：{why}。未作任何验证。",
+    test_not_sent: "未发送：无法连接 {channel}。未作任何验证。",
+    test_unknown: "{channel} 无应答——无法确定你是否收到。不会自动重试。",
+    test_too_soon: "{channel} 调用过于频繁：请 {secs} 秒后再试。",
+    test_no_destination: "请先设置接收地址。",
+    confirmed: "已验证：你确认收到了测试消息。",
+    nothing_to_confirm: "没有发往当前地址且被接受的测试，无需确认。",
+    need_destination: "启用该渠道需要先设置接收地址。",
+    bad_destination: "接收地址过长或含有控制字符，未作任何保存。",
+
+    st_accepted: "第三方已接受",
+    st_sending: "发送中",
+    st_pending: "等待发送",
+    st_retry: "等待重试",
+    st_refused: "未发送：被拒绝",
+    st_expired: "未发送：已过期",
+    st_off: "未发送：渠道已关闭",
+    st_unknown_checking: "结果未知——正在核实",
+    st_unknown_review: "结果未知——等待人工处理",
+    st_digest: "已合并到摘要",
+    by_operator_sent: "已由运营人员标记为已发送",
+    by_operator_failed: "已由运营人员标记为未发送",
+    by_operator_resend: "已应运营人员要求重新发送",
+};
+
+impl Words {
+    /// The words of a human decision.
+    #[must_use]
+    pub fn decision(&self, final_state: FinalState) -> &'static str {
+        match final_state {
+            FinalState::Sent => self.by_operator_sent,
+            FinalState::Failed => self.by_operator_failed,
+            FinalState::Resend => self.by_operator_resend,
+        }
+    }
+
+    /// A task state in words (the operator pages; the inbox has its own, finer words).
+    #[must_use]
+    pub fn state(&self, state: TaskState, parked: bool) -> &'static str {
+        match state {
+            TaskState::Pending => self.st_pending,
+            TaskState::Sending => self.st_sending,
+            TaskState::Sent => self.st_accepted,
+            TaskState::Failed => self.st_refused,
+            TaskState::Suppressed => self.st_off,
+            TaskState::Unknown if parked => self.st_unknown_review,
+            TaskState::Unknown => self.st_unknown_checking,
+        }
+    }
+
+    #[must_use]
+    pub fn contract(&self, capability: Capability) -> &'static str {
+        match capability {
+            Capability::Idempotent => self.contract_idempotent,
+            Capability::Queryable { .. } => self.contract_queryable,
+            Capability::Neither => self.contract_neither,
+        }
+    }
+
+    #[must_use]
+    pub fn check(&self, capability: Capability) -> &'static str {
+        match capability {
+            Capability::Idempotent => self.check_idempotent,
+            Capability::Queryable { .. } => self.check_queryable,
+            Capability::Neither => self.check_neither,
+        }
+    }
+
+    /// An attempt's outcome in words, after its code.
+    #[must_use]
+    pub fn outcome(&self, outcome: Outcome) -> &'static str {
+        let zh = std::ptr::eq(self, &ZH);
+        match (outcome, zh) {
+            (Outcome::Accepted, false) => "accepted by channel",
+            (Outcome::Accepted, true) => "第三方已接受",
+            (Outcome::AcceptedReplay, false) => "accepted before (same key): not sent again",
+            (Outcome::AcceptedReplay, true) => "此前已接受（相同幂等键），未重复发送",
+            (Outcome::QueryFound, false) => "the channel has it: accepted",
+            (Outcome::QueryFound, true) => "渠道查到记录：第三方已接受",
+            (Outcome::QueryNotFound, false) => "the channel has no record",
+            (Outcome::QueryNotFound, true) => "渠道查无记录",
+            (Outcome::Timeout, false) => "no answer in time: outcome unknown",
+            (Outcome::Timeout, true) => "超时无应答：结果未知",
+            (Outcome::IoError, false) => "connection broke: outcome unknown",
+            (Outcome::IoError, true) => "连接中断：结果未知",
+            (Outcome::QueryFailed, false) => "the query failed",
+            (Outcome::QueryFailed, true) => "查询失败",
+            (Outcome::RetryableReject, false) => "refused before acceptance, may retry",
+            (Outcome::RetryableReject, true) => "接受前被拒绝，可重试",
+            (Outcome::Rejected, false) => "refused",
+            (Outcome::Rejected, true) => "被拒绝",
+            (Outcome::PrefDisabled, false) => "channel off: not sent",
+            (Outcome::PrefDisabled, true) => "渠道已关闭：未发送",
+            (Outcome::TtlExpired, false) => "expired: not sent",
+            (Outcome::TtlExpired, true) => "已过期：未发送",
+            (Outcome::PrefDisabledUncertain, false) => "channel off after an attempt that may have been accepted",
+            (Outcome::PrefDisabledUncertain, true) => "可能已被接受的尝试之后渠道被关闭",
+            (Outcome::TtlExpiredUncertain, false) => "expired after an attempt that may have been accepted",
+            (Outcome::TtlExpiredUncertain, true) => "可能已被接受的尝试之后已过期",
+            (Outcome::LeaseExpired, false) => "the worker vanished mid-call: outcome unknown",
+            (Outcome::LeaseExpired, true) => "工作进程在调用中消失：结果未知",
+            (Outcome::ManualSent, _) => self.by_operator_sent,
+            (Outcome::ManualFailed, _) => self.by_operator_failed,
+            (Outcome::ManualResend, _) => self.by_operator_resend,
+        }
+    }
+
+    /// Why a task was parked, from the reason the domain recorded (English in the store).
+    #[must_use]
+    pub fn park_reason<'a>(&self, reason: &'a str) -> &'a str {
+        if !std::ptr::eq(self, &ZH) {
+            return reason;
+        }
+        match reason {
+            "channel switched off after an attempt that may have been accepted" => "可能已被接受的尝试之后渠道被关闭",
+            "expired after an attempt that may have been accepted" => "可能已被接受的尝试之后通知已过期",
+            "attempt budget exhausted while the outcome is unknown" => "尝试次数已用完，结果仍未知",
+            "outcome unknown and the channel offers neither idempotency key nor query" => {
+                "结果未知，且渠道既无幂等键也不可查询"
+            }
+            "refused permanently after an attempt that may have been accepted" => "在可能已被接受的尝试之后被永久拒绝",
+            other => other,
+        }
+    }
+}
+
+/// Replaces `{name}` placeholders.
+#[must_use]
+pub fn fill(template: &str, args: &[(&str, &str)]) -> String {
+    let mut out = template.to_owned();
+    for (name, value) in args {
+        out = out.replace(&format!("{{{name}}}"), value);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_language_picks_the_best_of_ours() {
+        assert_eq!(Lang::from_accept_language("zh-CN,zh;q=0.9,en;q=0.8"), Lang::Zh);
+        assert_eq!(Lang::from_accept_language("en-US,en;q=0.9,zh;q=0.8"), Lang::En);
+        assert_eq!(Lang::from_accept_language("fr-FR, zh;q=0.5"), Lang::Zh);
+        assert_eq!(Lang::from_accept_language("fr-FR"), Lang::En);
+        assert_eq!(Lang::from_accept_language(""), Lang::En);
+        assert_eq!(Lang::from_accept_language("en;q=0.2, zh-Hans;q=0.7"), Lang::Zh);
+    }
+
+    #[test]
+    fn sent_is_accepted_by_channel_never_delivered() {
+        assert_eq!(EN.st_accepted, "accepted by channel");
+        assert_eq!(ZH.st_accepted, "第三方已接受");
+        for words in [&EN, &ZH] {
+            for outcome in Outcome::ALL {
+                let text = words.outcome(outcome).to_lowercase();
+                assert!(!text.contains("deliver") && !text.contains("送达"), "{text}");
+            }
+        }
+        let all = format!("{:?}{:?}", debug_words(&EN), debug_words(&ZH));
+        assert!(!all.to_lowercase().contains("delivered") && !all.contains("已送达"));
+    }
+
+    fn debug_words(w: &Words) -> Vec<&'static str> {
+        vec![
+            w.st_accepted,
+            w.st_refused,
+            w.test_accepted,
+            w.test_unknown,
+            w.contract_idempotent,
+            w.contract_queryable,
+            w.contract_neither,
+            w.by_operator_sent,
+            w.check_neither,
+        ]
+    }
+}

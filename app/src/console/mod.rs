@@ -1,0 +1,762 @@
+//! The console (SPEC §11 `/console`, issue 11): server-rendered operator and user pages served by
+//! `herald serve` beside the API, over the same use cases (`crate::usecases`) and through the same
+//! ports — no SQL here or in the templates; every read model is a `NotificationStore` method.
+//!
+//! * **Operator** (signed in with an admin token): the overview (tasks per channel × state, parked
+//!   count, the last hour's outcomes, each channel's contract in words, its interval and next free slot,
+//!   its last error class), the review queue (parked tasks oldest first, filtered by channel and age,
+//!   paginated, each with its timeline, why it is parked and what to check, and the three decisions —
+//!   **Mark sent**, **Mark not sent**, **Send again** — each with a required note, applied at most once:
+//!   a second decision on the same task, from another tab or operator, shows the conflict and changes
+//!   nothing), and the delivery log (by notification id, task reference, user id and event key).
+//! * **User** (signed in with their signed link `/console/login/user?token=…` or their user token): the
+//!   inbox, newest first, paginated, with each channel's status in words and mark-as-read; the channel
+//!   settings (destination entered but never shown back, switch, test send with the honest answer, confirm).
+//!
+//! Sessions and CSRF are explained in [`session`], languages in [`i18n`]. Pages are HTML from
+//! [`pages`]; `static/console.js` is a small progressive enhancement (the pages work without it).
+
+pub mod i18n;
+pub mod pages;
+pub mod session;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use herald_domain::resolve::FinalState;
+use herald_domain::{ChannelName, EventKey, Millis, NotificationId, TaskId, Timestamp, UserId};
+use herald_ports::{InboxCursor, MarkRead, ResolveError};
+use maud::Markup;
+use serde::Deserialize;
+
+use self::i18n::{fill, Lang, Words, LANG_COOKIE};
+use self::pages::{Flash, Frame};
+use self::session::{clear_cookie, Role, Session, SESSION_COOKIE};
+use crate::api::{ApiState, Caller};
+use crate::usecases::{self, LogQuery, TestOutcome, TestSendError};
+
+const CSS: &str = include_str!("static/console.css");
+const JS: &str = include_str!("static/console.js");
+const PAGE_SIZE: u32 = 20;
+
+/// The console's routes, to be merged into the API router (paths all start with `/console`).
+pub fn router() -> Router<ApiState> {
+    Router::new()
+        .route("/console", get(home))
+        .route("/console/", get(home))
+        .route("/console/login", get(login_page).post(login))
+        .route("/console/login/user", get(user_link))
+        .route("/console/logout", post(logout))
+        .route("/console/overview", get(overview))
+        .route("/console/review", get(review))
+        .route("/console/tasks/{task_id}/resolve", post(resolve))
+        .route("/console/log", get(log))
+        .route("/console/notifications/{id}", get(notification))
+        .route("/console/users/{user_id}/inbox", get(user_inbox))
+        .route("/console/me/inbox", get(my_inbox))
+        .route("/console/me/inbox/{id}/read", post(mark_read))
+        .route("/console/me/channels", get(my_channels))
+        .route("/console/me/channels/{channel}", post(save_channel))
+        .route("/console/me/channels/{channel}/test", post(test_channel))
+        .route("/console/me/channels/{channel}/confirm", post(confirm_channel))
+        .route("/console/static/console.css", get(|| async { static_file("text/css; charset=utf-8", CSS) }))
+        .route("/console/static/console.js", get(|| async { static_file("text/javascript; charset=utf-8", JS) }))
+}
+
+fn static_file(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "public, max-age=300")], body).into_response()
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// What every console request knows: its language, its verified session (if any), whether it came over
+/// TLS, and where it is (for the language switch).
+pub struct Ctx {
+    pub lang: Lang,
+    /// Set when the request chose the language explicitly (`?lang=`): the answer remembers it.
+    pub chose_lang: bool,
+    pub session: Option<Session>,
+    pub secure: bool,
+    pub here: String,
+    key: [u8; 32],
+}
+
+impl FromRequestParts<ApiState> for Ctx {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        let explicit = query.split('&').find_map(|p| p.strip_prefix("lang="));
+        let lang = Lang::of_request(explicit, &parts.headers);
+        let key = state.auth.console_key();
+        let session =
+            session::cookie(&parts.headers, SESSION_COOKIE).and_then(|v| Session::decode(&v, &key, unix_now()));
+        let here = parts.uri.path_and_query().map_or_else(|| "/console".to_owned(), ToString::to_string);
+        Ok(Ctx {
+            lang,
+            chose_lang: explicit.and_then(Lang::parse).is_some(),
+            session,
+            secure: session::is_tls(&parts.headers),
+            here,
+            key,
+        })
+    }
+}
+
+// The `Err` of the access checks is the page to answer instead, returned at once by the handler: its
+// size does not travel far, and boxing it would only add noise to every handler.
+#[allow(clippy::result_large_err)]
+impl Ctx {
+    fn w(&self) -> &'static Words {
+        self.lang.words()
+    }
+
+    /// A complete page.
+    fn page(&self, status: StatusCode, title: &str, flash: Option<Flash>, content: Markup) -> Response {
+        let frame = Frame { lang: self.lang, session: self.session.as_ref(), here: &self.here, title, flash };
+        let mut response = (status, pages::layout(frame, content).into_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+        // Pages are per person and may show personal data: never cached, never framed.
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            ),
+        );
+        if self.chose_lang {
+            let cookie = format!("{LANG_COOKIE}={}; Path=/console; SameSite=Lax; Max-Age=31536000", self.lang.code());
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                headers.append(header::SET_COOKIE, value);
+            }
+        }
+        response
+    }
+
+    fn message(&self, status: StatusCode, text: &str) -> Response {
+        let link = match self.session.as_ref().map(|s| &s.role) {
+            Some(Role::Operator) => Some(("/console/overview", self.w().nav_overview)),
+            Some(Role::User(_)) => Some(("/console/me/inbox", self.w().nav_inbox)),
+            None => Some(("/console/login", self.w().signin_title)),
+        };
+        self.page(status, text, None, pages::message(text, link))
+    }
+
+    fn store_down(&self) -> Response {
+        self.message(StatusCode::SERVICE_UNAVAILABLE, self.w().store_down)
+    }
+
+    /// The operator's session, or the answer to give instead (sign-in, or 403 for a user).
+    fn operator(&self) -> Result<&Session, Response> {
+        match &self.session {
+            Some(s) if s.role == Role::Operator => Ok(s),
+            Some(_) => Err(self.message(StatusCode::FORBIDDEN, self.w().forbidden)),
+            None => Err(to_signin()),
+        }
+    }
+
+    /// The user's session and id, or the answer to give instead.
+    fn user(&self) -> Result<(&Session, UserId), Response> {
+        match &self.session {
+            Some(s) => match &s.role {
+                Role::User(user) => Ok((s, UserId::new(user.clone()))),
+                Role::Operator => Err(self.message(StatusCode::FORBIDDEN, self.w().forbidden)),
+            },
+            None => Err(to_signin()),
+        }
+    }
+
+    /// Checks a form's CSRF token against the session's; a mismatch is refused with nothing changed.
+    fn check_csrf(&self, presented: &str) -> Result<(), Response> {
+        match &self.session {
+            Some(s) if s.csrf_ok(presented) => Ok(()),
+            Some(_) => Err(self.message(StatusCode::FORBIDDEN, self.w().csrf_refused)),
+            None => Err(to_signin()),
+        }
+    }
+
+    /// Starts a session and sends the browser to `to`.
+    fn sign_in(&self, role: Role, to: &str) -> Response {
+        let now = unix_now();
+        let session = Session::new(role, now);
+        let cookie = session.set_cookie(&self.key, now, self.secure);
+        let mut response = see_other(to);
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().insert(header::SET_COOKIE, value);
+        }
+        response.headers_mut().insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        response
+    }
+}
+
+fn see_other(to: &str) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(to) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn to_signin() -> Response {
+    see_other("/console/login?required=1")
+}
+
+async fn home(ctx: Ctx) -> Response {
+    match ctx.session.as_ref().map(|s| &s.role) {
+        Some(Role::Operator) => see_other("/console/overview"),
+        Some(Role::User(_)) => see_other("/console/me/inbox"),
+        None => see_other("/console/login"),
+    }
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    required: Option<String>,
+    bye: Option<String>,
+    failed: Option<String>,
+}
+
+async fn login_page(ctx: Ctx, Query(q): Query<LoginQuery>) -> Response {
+    let w = ctx.w();
+    let flash = if q.failed.is_some() {
+        Some(Flash::Error(w.signin_failed.to_owned()))
+    } else if q.required.is_some() {
+        Some(Flash::Info(w.signin_required.to_owned()))
+    } else if q.bye.is_some() {
+        Some(Flash::Info(w.signed_out.to_owned()))
+    } else {
+        None
+    };
+    let status = if q.failed.is_some() { StatusCode::UNAUTHORIZED } else { StatusCode::OK };
+    ctx.page(status, w.signin_title, flash, pages::signin(w))
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+/// Sign-in with a token typed into the form: an admin token opens the operator pages, a user token that
+/// user's pages. The token is compared and dropped; only the session cookie remains.
+async fn login(ctx: Ctx, State(state): State<ApiState>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
+    // The sign-in form has no session to carry a CSRF token: a sign-in posted from another site (which
+    // would sign the browser in as someone else) is refused by the browser's own `Sec-Fetch-Site`.
+    if headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|site| !matches!(site, "same-origin" | "none"))
+    {
+        return ctx.message(StatusCode::FORBIDDEN, ctx.w().csrf_refused);
+    }
+    match state.auth.identify(form.token.trim()) {
+        Some(Caller::Admin) => ctx.sign_in(Role::Operator, "/console/overview"),
+        Some(Caller::User(user)) => ctx.sign_in(Role::User(user), "/console/me/inbox"),
+        Some(Caller::Service) | None => {
+            tracing::info!("console sign-in refused");
+            see_other("/console/login?failed=1")
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct UserLink {
+    token: Option<String>,
+}
+
+/// A user's signed link (`/console/login/user?token=u.…`): the token is checked and exchanged for a
+/// session at once, and the browser is sent on without it (no referrer, no cache), so it does not stay in
+/// the address bar.
+async fn user_link(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<UserLink>) -> Response {
+    match q.token.as_deref().and_then(|t| state.auth.identify(t.trim())) {
+        Some(Caller::User(user)) => ctx.sign_in(Role::User(user), "/console/me/inbox"),
+        _ => see_other("/console/login?failed=1"),
+    }
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn logout(ctx: Ctx, Form(form): Form<CsrfForm>) -> Response {
+    if let Err(refused) = ctx.check_csrf(&form.csrf) {
+        return refused;
+    }
+    let mut response = see_other("/console/login?bye=1");
+    if let Ok(value) = HeaderValue::from_str(&clear_cookie(ctx.secure)) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+async fn overview(ctx: Ctx, State(state): State<ApiState>) -> Response {
+    if let Err(r) = ctx.operator() {
+        return r;
+    }
+    match usecases::overview(&state.services()).await {
+        Ok((now, channels)) => {
+            ctx.page(StatusCode::OK, ctx.w().overview_title, None, pages::overview(ctx.w(), now, &channels))
+        }
+        Err(_) => ctx.store_down(),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct ReviewQuery {
+    channel: Option<String>,
+    min_age: Option<String>,
+    after_at: Option<i64>,
+    after_id: Option<i64>,
+    done: Option<i64>,
+    decision: Option<String>,
+}
+
+async fn review(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<ReviewQuery>) -> Response {
+    let flash = match (q.done, q.decision.as_deref().and_then(|d| d.parse::<FinalState>().ok())) {
+        (Some(task), Some(decision)) => Some(Flash::Info(fill(
+            ctx.w().resolved,
+            &[("task", &task.to_string()), ("words", ctx.w().decision(decision))],
+        ))),
+        _ => None,
+    };
+    review_page(&ctx, &state, &q, StatusCode::OK, flash).await
+}
+
+async fn review_page(
+    ctx: &Ctx,
+    state: &ApiState,
+    q: &ReviewQuery,
+    status: StatusCode,
+    flash: Option<Flash>,
+) -> Response {
+    let session = match ctx.operator() {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let services = state.services();
+    let channel = q.channel.as_deref().filter(|c| !c.is_empty()).map(ChannelName::new);
+    let min_age = q.min_age.as_deref().and_then(|m| m.trim().parse::<u64>().ok());
+    let after = q.after_at.zip(q.after_id).map(|(at, id)| (Timestamp(at), TaskId(id)));
+    let page = usecases::review_page(
+        &services,
+        channel.clone(),
+        min_age.map(|m| Millis(m.saturating_mul(60_000))),
+        after,
+        PAGE_SIZE + 1,
+    )
+    .await;
+    let Ok(mut page) = page else { return ctx.store_down() };
+    let next = if page.len() > PAGE_SIZE as usize {
+        page.truncate(PAGE_SIZE as usize);
+        page.last().map(|last| {
+            format!(
+                "/console/review?channel={}&min_age={}&after_at={}&after_id={}",
+                channel.as_ref().map_or("", |c| c.as_str()),
+                min_age.map(|m| m.to_string()).unwrap_or_default(),
+                last.parked_at.as_millis(),
+                last.task.task_id.0
+            )
+        })
+    } else {
+        None
+    };
+    let tasks: Vec<_> = page
+        .into_iter()
+        .map(|p| {
+            let capability = services
+                .channels
+                .get(&p.task.channel)
+                .map_or(herald_domain::Capability::Neither, |r| r.contract.capability);
+            (p.parked_at, p.task, capability)
+        })
+        .collect();
+    let names: Vec<String> = services.channels.names().map(ToString::to_string).collect();
+    let content =
+        pages::review(ctx.w(), session, &names, channel.as_ref().map(ChannelName::as_str), min_age, &tasks, next);
+    ctx.page(status, ctx.w().review_title, flash, content)
+}
+
+#[derive(Deserialize)]
+struct ResolveForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    decision: String,
+    #[serde(default)]
+    note: String,
+}
+
+/// One decision on a parked task. Success goes back to the queue with a message (POST-redirect-GET); a
+/// task that is no longer parked answers 409 with the conflict in words and the queue as it is now.
+async fn resolve(
+    ctx: Ctx,
+    State(state): State<ApiState>,
+    Path(task_id): Path<i64>,
+    Form(form): Form<ResolveForm>,
+) -> Response {
+    if let Err(r) = ctx.operator() {
+        return r;
+    }
+    if let Err(refused) = ctx.check_csrf(&form.csrf) {
+        return refused;
+    }
+    let w = ctx.w();
+    let Ok(decision) = form.decision.parse::<FinalState>() else {
+        return ctx.message(StatusCode::UNPROCESSABLE_ENTITY, w.not_found);
+    };
+    let note = form.note.trim();
+    if note.is_empty()
+        || note.chars().count() > crate::api::model::MAX_NOTE_CHARS
+        || note.chars().any(|c| c.is_control() && c != '\n' && c != '\r')
+    {
+        let flash = Some(Flash::Error(w.note_required.to_owned()));
+        return review_page(&ctx, &state, &ReviewQuery::default(), StatusCode::UNPROCESSABLE_ENTITY, flash).await;
+    }
+    let note = note.replace(['\r', '\n'], " ");
+    match usecases::resolve(&state.services(), TaskId(task_id), decision, &note).await {
+        Ok(_) => see_other(&format!("/console/review?done={task_id}&decision={}", decision.as_str())),
+        Err(ResolveError::NotParked { state: now }) => {
+            let flash =
+                Some(Flash::Error(fill(w.conflict, &[("task", &task_id.to_string()), ("state", now.as_str())])));
+            review_page(&ctx, &state, &ReviewQuery::default(), StatusCode::CONFLICT, flash).await
+        }
+        Err(ResolveError::NotFound) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
+        Err(ResolveError::Store(_)) => ctx.store_down(),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct LogQueryForm {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    user: String,
+    #[serde(default)]
+    event: String,
+}
+
+async fn log(ctx: Ctx, State(state): State<ApiState>, Query(f): Query<LogQueryForm>) -> Response {
+    if let Err(r) = ctx.operator() {
+        return r;
+    }
+    let w = ctx.w();
+    let (q, user, event) = (f.q.trim(), f.user.trim(), f.event.trim());
+    let query = if !q.is_empty() {
+        Some(
+            q.parse::<i64>()
+                .map_or_else(|_| LogQuery::Reference(q.to_owned()), |id| LogQuery::NotificationId(NotificationId(id))),
+        )
+    } else if !user.is_empty() && !event.is_empty() {
+        Some(LogQuery::Event(UserId::new(user), EventKey::new(event)))
+    } else if !user.is_empty() {
+        return see_other(&format!("/console/users/{}/inbox", encode_path(user)));
+    } else {
+        None
+    };
+    let form = pages::log_form(w, q, user, event);
+    let Some(query) = query else { return ctx.page(StatusCode::OK, w.log_title, None, form) };
+    match usecases::find_notification(&state.services(), &query).await {
+        Ok(Some(view)) => see_other(&format!("/console/notifications/{}", view.notification_id)),
+        Ok(None) => ctx.page(StatusCode::NOT_FOUND, w.log_title, Some(Flash::Info(w.log_nothing.to_owned())), form),
+        Err(_) => ctx.store_down(),
+    }
+}
+
+/// Percent-encodes one path segment.
+fn encode_path(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+async fn notification(ctx: Ctx, State(state): State<ApiState>, Path(id): Path<i64>) -> Response {
+    if let Err(r) = ctx.operator() {
+        return r;
+    }
+    let w = ctx.w();
+    match usecases::find_notification(&state.services(), &LogQuery::NotificationId(NotificationId(id))).await {
+        Ok(Some(view)) => {
+            let title = format!("{} {}", w.notification_title, view.notification_id);
+            ctx.page(StatusCode::OK, &title, None, pages::notification(w, &view))
+        }
+        Ok(None) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
+        Err(_) => ctx.store_down(),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct PageQuery {
+    before_at: Option<i64>,
+    before_id: Option<i64>,
+    #[serde(default)]
+    notice: Option<String>,
+}
+
+async fn inbox_response(
+    ctx: &Ctx,
+    state: &ApiState,
+    user: &UserId,
+    q: &PageQuery,
+    own: bool,
+    base: &str,
+    title: &str,
+) -> Response {
+    let cursor = q
+        .before_at
+        .zip(q.before_id)
+        .map(|(at, id)| InboxCursor { created_at: Timestamp(at), notification_id: NotificationId(id) });
+    let Ok(mut items) = usecases::inbox_page(&state.services(), user, cursor, PAGE_SIZE + 1).await else {
+        return ctx.store_down();
+    };
+    let next = if items.len() > PAGE_SIZE as usize {
+        items.truncate(PAGE_SIZE as usize);
+        items.last().map(|l| format!("{base}?before_at={}&before_id={}", l.created_at.as_millis(), l.notification_id.0))
+    } else {
+        None
+    };
+    let session = if own { ctx.session.as_ref() } else { None };
+    ctx.page(StatusCode::OK, title, None, pages::inbox(ctx.w(), session, &items, next))
+}
+
+/// An operator's read-only view of one user's inbox (the delivery log by user id).
+async fn user_inbox(
+    ctx: Ctx,
+    State(state): State<ApiState>,
+    Path(user_id): Path<String>,
+    Query(q): Query<PageQuery>,
+) -> Response {
+    if let Err(r) = ctx.operator() {
+        return r;
+    }
+    let title = format!("{} {user_id}", ctx.w().user_inbox_title);
+    let base = format!("/console/users/{}/inbox", encode_path(&user_id));
+    inbox_response(&ctx, &state, &UserId::new(user_id), &q, false, &base, &title).await
+}
+
+async fn my_inbox(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<PageQuery>) -> Response {
+    let user = match ctx.user() {
+        Ok((_, user)) => user,
+        Err(r) => return r,
+    };
+    inbox_response(&ctx, &state, &user, &q, true, "/console/me/inbox", ctx.w().inbox_title).await
+}
+
+async fn mark_read(
+    ctx: Ctx,
+    State(state): State<ApiState>,
+    Path(id): Path<i64>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    let user = match ctx.user() {
+        Ok((_, user)) => user,
+        Err(r) => return r,
+    };
+    if let Err(refused) = ctx.check_csrf(&form.csrf) {
+        return refused;
+    }
+    match usecases::mark_read(&state.services(), &user, NotificationId(id)).await {
+        Ok(MarkRead::Marked(_) | MarkRead::AlreadyRead(_)) => see_other(&format!("/console/me/inbox#n-{id}")),
+        Ok(MarkRead::NotFound) => ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found),
+        Err(_) => ctx.store_down(),
+    }
+}
+
+async fn channels_page(
+    ctx: &Ctx,
+    state: &ApiState,
+    status: StatusCode,
+    flash: Option<Flash>,
+    pending_confirm: Option<&str>,
+) -> Response {
+    let (session, user) = match ctx.user() {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let Ok(prefs) = usecases::user_channels(&state.services(), &user).await else { return ctx.store_down() };
+    let prefs: Vec<(String, _)> = prefs.into_iter().map(|(c, p)| (c.to_string(), p)).collect();
+    ctx.page(status, ctx.w().channels_title, flash, pages::channels(ctx.w(), session, &prefs, pending_confirm))
+}
+
+async fn my_channels(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<PageQuery>) -> Response {
+    let flash = match q.notice.as_deref() {
+        Some("saved") => Some(Flash::Info(ctx.w().saved.to_owned())),
+        Some("confirmed") => Some(Flash::Info(ctx.w().confirmed.to_owned())),
+        _ => None,
+    };
+    channels_page(&ctx, &state, StatusCode::OK, flash, None).await
+}
+
+#[derive(Deserialize)]
+struct ChannelForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    destination: String,
+    enabled: Option<String>,
+}
+
+impl std::fmt::Debug for ChannelForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChannelForm([redacted])")
+    }
+}
+
+async fn save_channel(
+    ctx: Ctx,
+    State(state): State<ApiState>,
+    Path(channel): Path<String>,
+    Form(form): Form<ChannelForm>,
+) -> Response {
+    let user = match ctx.user() {
+        Ok((_, user)) => user,
+        Err(r) => return r,
+    };
+    if let Err(refused) = ctx.check_csrf(&form.csrf) {
+        return refused;
+    }
+    let w = ctx.w();
+    let destination = form.destination.trim();
+    if destination.chars().count() > crate::api::model::MAX_DESTINATION_CHARS
+        || destination.chars().any(char::is_control)
+    {
+        return channels_page(
+            &ctx,
+            &state,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(Flash::Error(w.bad_destination.to_owned())),
+            None,
+        )
+        .await;
+    }
+    let destination = (!destination.is_empty()).then(|| secrecy::SecretString::from(destination.to_owned()));
+    let enabled = form.enabled.is_some();
+    match usecases::set_preference(&state.services(), &user, &ChannelName::new(channel), enabled, destination.as_ref())
+        .await
+    {
+        Ok(_) => see_other("/console/me/channels?notice=saved"),
+        Err(TestSendError::NoDestination) => {
+            channels_page(
+                &ctx,
+                &state,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(Flash::Error(w.need_destination.to_owned())),
+                None,
+            )
+            .await
+        }
+        Err(TestSendError::UnknownChannel) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
+        Err(_) => ctx.store_down(),
+    }
+}
+
+async fn test_channel(
+    ctx: Ctx,
+    State(state): State<ApiState>,
+    Path(channel): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    let user = match ctx.user() {
+        Ok((_, user)) => user,
+        Err(r) => return r,
+    };
+    if let Err(refused) = ctx.check_csrf(&form.csrf) {
+        return refused;
+    }
+    let w = ctx.w();
+    let name = ChannelName::new(channel.clone());
+    let say = |template: &str, extra: &[(&str, &str)]| fill(&fill(template, &[("channel", channel.as_str())]), extra);
+    match usecases::test_send(&state.services(), &user, &name).await {
+        Ok(sent) => match sent.outcome {
+            TestOutcome::Accepted => {
+                channels_page(
+                    &ctx,
+                    &state,
+                    StatusCode::OK,
+                    Some(Flash::Info(say(w.test_accepted, &[]))),
+                    Some(&channel),
+                )
+                .await
+            }
+            TestOutcome::Refused { why } => {
+                channels_page(
+                    &ctx,
+                    &state,
+                    StatusCode::OK,
+                    Some(Flash::Error(say(w.test_refused, &[("why", &why)]))),
+                    None,
+                )
+                .await
+            }
+            TestOutcome::NotSent => {
+                channels_page(&ctx, &state, StatusCode::OK, Some(Flash::Error(say(w.test_not_sent, &[]))), None).await
+            }
+            TestOutcome::Unknown => {
+                channels_page(&ctx, &state, StatusCode::OK, Some(Flash::Error(say(w.test_unknown, &[]))), None).await
+            }
+        },
+        Err(TestSendError::TooSoon(wait)) => {
+            let secs = wait.0.div_ceil(1000).to_string();
+            channels_page(
+                &ctx,
+                &state,
+                StatusCode::TOO_MANY_REQUESTS,
+                Some(Flash::Error(say(w.test_too_soon, &[("secs", &secs)]))),
+                None,
+            )
+            .await
+        }
+        Err(TestSendError::NoDestination) => {
+            channels_page(
+                &ctx,
+                &state,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Some(Flash::Error(w.test_no_destination.to_owned())),
+                None,
+            )
+            .await
+        }
+        Err(TestSendError::UnknownChannel) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
+        Err(_) => ctx.store_down(),
+    }
+}
+
+async fn confirm_channel(
+    ctx: Ctx,
+    State(state): State<ApiState>,
+    Path(channel): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    let user = match ctx.user() {
+        Ok((_, user)) => user,
+        Err(r) => return r,
+    };
+    if let Err(refused) = ctx.check_csrf(&form.csrf) {
+        return refused;
+    }
+    let w = ctx.w();
+    match usecases::confirm(&state.services(), &user, &ChannelName::new(channel)).await {
+        Ok(_) => see_other("/console/me/channels?notice=confirmed"),
+        Err(TestSendError::NothingToConfirm | TestSendError::NoDestination) => {
+            channels_page(&ctx, &state, StatusCode::CONFLICT, Some(Flash::Error(w.nothing_to_confirm.to_owned())), None)
+                .await
+        }
+        Err(TestSendError::UnknownChannel) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
+        Err(_) => ctx.store_down(),
+    }
+}

@@ -1,0 +1,125 @@
+//! aiosmtpd, started per test with a script of handlers (see `smtp_peer.py`).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A running aiosmtpd on a loopback port. Killed when dropped.
+pub struct SmtpPeer {
+    port: u16,
+    dir: PathBuf,
+    _child: Child,
+}
+
+/// One message the server really received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    /// The envelope recipients (`RCPT TO`).
+    pub rcpt: String,
+    /// The envelope sender (`MAIL FROM`).
+    pub mail_from: String,
+    /// The message as received (headers and body).
+    pub data: String,
+}
+
+impl Received {
+    /// The value of the first header `name` (case-insensitive), unfolded.
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<String> {
+        let head = self.data.split("\r\n\r\n").next().unwrap_or_default();
+        let mut lines = head.split("\r\n").peekable();
+        while let Some(line) = lines.next() {
+            let Some((key, value)) = line.split_once(':') else { continue };
+            if key.eq_ignore_ascii_case(name) {
+                let mut value = value.trim().to_owned();
+                while let Some(next) = lines.peek().filter(|l| l.starts_with([' ', '\t'])) {
+                    value.push(' ');
+                    value.push_str(next.trim());
+                    lines.next();
+                }
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// The body (after the blank line).
+    #[must_use]
+    pub fn body(&self) -> &str {
+        self.data.split_once("\r\n\r\n").map_or("", |(_, body)| body)
+    }
+}
+
+impl SmtpPeer {
+    /// Starts aiosmtpd with `script` (e.g. `"accept"`, `"mail:421,accept"`, `"delay:3"`).
+    ///
+    /// # Errors
+    /// When python3 or aiosmtpd is missing, or the server does not come up.
+    pub async fn start(script: &str) -> anyhow::Result<SmtpPeer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let dir = std::env::temp_dir().join(format!("herald-smtp-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let mut child = Command::new("python3")
+            .arg(super::script("smtp_peer.py"))
+            .arg(port.to_string())
+            .arg(&dir)
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("python3 smtp_peer.py")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
+        match ready {
+            Ok(Ok(Some(line))) if line.trim() == "READY" => Ok(SmtpPeer { port, dir, _child: child }),
+            _ => anyhow::bail!("aiosmtpd did not start (is it installed? `pip install aiosmtpd`)"),
+        }
+    }
+
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every message received so far, in order.
+    #[must_use]
+    pub fn received(&self) -> Vec<Received> {
+        let mut messages = Vec::new();
+        for n in 1.. {
+            let Ok(text) = std::fs::read_to_string(self.dir.join(format!("{n}.eml"))) else { break };
+            let mut rcpt = String::new();
+            let mut mail_from = String::new();
+            let mut rest = text.as_str();
+            for _ in 0..2 {
+                let (line, tail) = rest.split_once("\r\n").unwrap_or((rest, ""));
+                if let Some(value) = line.strip_prefix("X-Peer-Rcpt: ") {
+                    rcpt = value.to_owned();
+                } else if let Some(value) = line.strip_prefix("X-Peer-Mail-From: ") {
+                    mail_from = value.to_owned();
+                }
+                rest = tail;
+            }
+            messages.push(Received { rcpt, mail_from, data: rest.to_owned() });
+        }
+        messages
+    }
+}
+
+impl Drop for SmtpPeer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,231 @@
+//! `kind = "email"` against a real SMTP server nobody here wrote: aiosmtpd, with scripted handlers
+//! (`tests/src/peers/smtp_peer.py`). Every row of the SMTP contract that a server can produce is driven
+//! through Herald's worker and PostgreSQL, and the server's own record of what it received is the count of
+//! messages a user would really have got.
+
+use herald_channels::config::{ChannelConfig, SmtpTls, PRIVATE_DEFAULT_TEXT};
+use herald_domain::{ChannelKind, ChannelName, OnUnknown, TaskState, UserId};
+use herald_ports::store::TaskView;
+use herald_ports::{DestinationCipher, PreferenceStore};
+use herald_tests::cases::outcomes;
+use herald_tests::peers::smtp::SmtpPeer;
+use herald_tests::{ClockMode, World};
+use secrecy::SecretString;
+
+const HOUR: u64 = 3_600_000;
+const ADDRESS: &str = "alice@mail.example.org";
+const FROM: &str = "herald@notify.example.org";
+
+fn email_config(port: u16, adjust: impl FnOnce(&mut ChannelConfig)) -> ChannelConfig {
+    let mut config = ChannelConfig::new("mail", ChannelKind::Email, "");
+    config.host = Some("127.0.0.1".into());
+    config.port = Some(port);
+    config.tls = Some(SmtpTls::None);
+    config.from = Some(FROM.into());
+    config.timeout_ms = 1_000;
+    config.retry_base_ms = 1_000;
+    config.retry_cap_ms = 10_000;
+    adjust(&mut config);
+    config
+}
+
+/// A world with the e-mail channel at `peer`, and user `u1` subscribed at [`ADDRESS`].
+async fn world(peer: &SmtpPeer, adjust: impl FnOnce(&mut ChannelConfig)) -> World {
+    let config = email_config(peer.port(), adjust);
+    let world = World::with(ClockMode::Manual, |configs| configs.push(config)).await.expect("world");
+    let (user, channel) = (UserId::from("u1"), ChannelName::from("mail"));
+    let stored =
+        DestinationCipher::encrypt(&*world.cipher, &user, &channel, &SecretString::from(ADDRESS)).expect("encrypt");
+    world.store.put(&user, &channel, true, Some(stored)).await.expect("put");
+    world
+}
+
+/// Submits one notification, runs the worker (twice, a retry apart), and returns its task.
+async fn deliver(world: &World, event: &str) -> TaskView {
+    let created = world.submit("u1", event, HOUR, None).await.expect("submit");
+    let task = created.tasks.iter().find(|t| t.channel.as_str() == "mail").expect("mail task").task_id;
+    let worker = world.worker("w1", 60_000);
+    worker.drain(5).await.expect("drain");
+    world.advance(15_000);
+    worker.drain(5).await.expect("drain");
+    world.task(created.notification_id, task).await.expect("task")
+}
+
+async fn peer(script: &str) -> Option<SmtpPeer> {
+    if !herald_tests::peers::python_has("aiosmtpd") {
+        assert!(std::env::var_os("CI").is_none(), "aiosmtpd is missing on CI: .ci/run installs it");
+        eprintln!("skipped: aiosmtpd is not installed (`pip install aiosmtpd`)");
+        return None;
+    }
+    Some(SmtpPeer::start(script).await.expect("aiosmtpd"))
+}
+
+#[tokio::test]
+async fn accepted_after_the_end_of_data_with_a_stable_message_id_and_only_the_private_text() {
+    let Some(peer) = peer("accept").await else { return };
+    let world = world(&peer, |_| {}).await;
+    let task = deliver(&world, "e1").await;
+    assert_eq!(task.state, TaskState::Sent);
+    assert_eq!(outcomes(&task), ["ACCEPTED"]);
+    assert_eq!(task.provider_msg_id.as_deref(), Some("Q1"), "the server's queue id is kept");
+
+    let received = peer.received();
+    assert_eq!(received.len(), 1);
+    let mail = &received[0];
+    assert_eq!(mail.rcpt, ADDRESS);
+    assert_eq!(mail.mail_from, FROM);
+    assert_eq!(mail.header("Message-ID"), Some(format!("<ntf-{}@notify.example.org>", task.reference)));
+    assert!(mail.header("From").is_some_and(|from| from.contains(FROM)), "{mail:?}");
+    assert_eq!(mail.header("Subject").as_deref(), Some("New notification"));
+    assert!(mail.body().contains(PRIVATE_DEFAULT_TEXT.split(' ').next().expect("word")), "{}", mail.body());
+    // The notification body ("Event e1 for u1") stays in the inbox: nothing of it reached the server.
+    assert!(!mail.data.contains("Event e1"), "{}", mail.data);
+}
+
+#[tokio::test]
+async fn the_body_is_sent_only_when_configured() {
+    let Some(peer) = peer("accept").await else { return };
+    let world = world(&peer, |c| c.send_body = true).await;
+    let task = deliver(&world, "e1").await;
+    assert_eq!(task.state, TaskState::Sent);
+    assert!(peer.received()[0].body().contains("Event e1 for u1"));
+}
+
+#[tokio::test]
+async fn no_reply_to_the_final_dot_is_unknown_and_parked_with_exactly_one_message() {
+    let Some(peer) = peer("delay:4").await else { return };
+    let world = world(&peer, |_| {}).await;
+    let task = deliver(&world, "e1").await;
+    assert_eq!(outcomes(&task), ["TIMEOUT"]);
+    assert_eq!(task.state, TaskState::Unknown);
+    assert!(task.is_parked(), "neither key nor query: parked for a human, {task:?}");
+    assert_eq!(peer.received().len(), 1, "the server has the message; no second one was sent");
+}
+
+#[tokio::test]
+async fn a_connection_dropped_after_the_end_of_data_is_unknown_and_parked() {
+    let Some(peer) = peer("drop").await else { return };
+    let world = world(&peer, |_| {}).await;
+    let task = deliver(&world, "e1").await;
+    assert_eq!(outcomes(&task), ["IO_ERROR"]);
+    assert!(task.is_parked(), "{task:?}");
+    assert_eq!(peer.received().len(), 1);
+}
+
+#[tokio::test]
+async fn transient_refusals_at_mail_rcpt_and_after_data_are_retried_and_one_message_arrives() {
+    for (script, first) in [
+        ("mail:421,accept", "RETRYABLE_REJECT"),
+        ("rcpt:451,accept", "RETRYABLE_REJECT"),
+        ("data:451,accept", "RETRYABLE_REJECT"),
+    ] {
+        let Some(peer) = peer(script).await else { return };
+        let world = world(&peer, |_| {}).await;
+        let task = deliver(&world, "e1").await;
+        assert_eq!(outcomes(&task), [first, "ACCEPTED"], "{script}");
+        assert_eq!(task.state, TaskState::Sent, "{script}");
+        assert_eq!(peer.received().len(), 1, "{script}");
+    }
+}
+
+#[tokio::test]
+async fn permanent_refusals_fail_and_nothing_arrives() {
+    for script in ["mail:550", "rcpt:550", "data:554"] {
+        let Some(peer) = peer(script).await else { return };
+        let world = world(&peer, |_| {}).await;
+        let task = deliver(&world, "e1").await;
+        assert_eq!(outcomes(&task), ["REJECTED"], "{script}");
+        assert_eq!(task.state, TaskState::Failed, "{script}");
+        assert!(peer.received().is_empty(), "{script}");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_not_sent_and_retried() {
+    // Nothing listens on the port any more: connection refused is a refusal before acceptance.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let config = email_config(port, |c| c.max_attempts = 2);
+    let world = World::with(ClockMode::Manual, |configs| configs.push(config)).await.expect("world");
+    let (user, channel) = (UserId::from("u1"), ChannelName::from("mail"));
+    let stored =
+        DestinationCipher::encrypt(&*world.cipher, &user, &channel, &SecretString::from(ADDRESS)).expect("encrypt");
+    world.store.put(&user, &channel, true, Some(stored)).await.expect("put");
+    let task = deliver(&world, "e1").await;
+    assert_eq!(outcomes(&task), ["RETRYABLE_REJECT", "RETRYABLE_REJECT"]);
+    assert_eq!(task.state, TaskState::Failed, "nothing may have been sent: FAILED, not parked");
+}
+
+#[tokio::test]
+async fn the_opt_in_resends_an_unknown_outcome_with_the_same_message_id() {
+    let Some(peer) = peer("delay:4,accept").await else { return };
+    let world = world(&peer, |c| c.on_unknown = OnUnknown::ResendSameMessageId).await;
+    let task = deliver(&world, "e1").await;
+    assert_eq!(outcomes(&task), ["TIMEOUT", "ACCEPTED"]);
+    assert_eq!(task.state, TaskState::Sent);
+    let received = peer.received();
+    assert_eq!(received.len(), 2, "a partial guarantee: the server got both");
+    let ids: Vec<_> = received.iter().map(|m| m.header("Message-ID")).collect();
+    assert_eq!(ids[0], ids[1], "one identity for both copies, so receivers can collapse them");
+    assert_eq!(ids[0], Some(format!("<ntf-{}@notify.example.org>", task.reference)));
+}
+
+#[tokio::test]
+async fn a_test_send_goes_through_the_same_smtp_adapter() {
+    let Some(peer) = peer("accept").await else { return };
+    let world = world(&peer, |_| {}).await;
+    let services = world.services();
+    let answer = herald_app::usecases::test_send(&services, &UserId::from("u1"), &ChannelName::from("mail"))
+        .await
+        .expect("test send");
+    assert!(format!("{answer:?}").to_lowercase().contains("accept"), "{answer:?}");
+    assert_eq!(peer.received().len(), 1);
+    assert_eq!(peer.received()[0].rcpt, ADDRESS);
+    let pref = world.store.get(&UserId::from("u1"), &ChannelName::from("mail")).await.expect("get").expect("pref");
+    assert!(pref.enabled);
+}
+
+#[tokio::test]
+async fn the_api_stores_only_an_e_mail_address_for_an_email_channel() {
+    use herald_tests::api::Api;
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let config = email_config(25, |_| {});
+    let world = World::with(ClockMode::Manual, |configs| configs.push(config)).await.expect("world");
+    let api = Api::start(&world).await.expect("api");
+    let token = api.user_token("bob");
+    for bad in ["zq-not-an-address", "Zq <zq@zq.example.org>", "zq@zqnodot", r#"{"endpoint":"https://zq.example"}"#] {
+        let answer =
+            api.put("/v1/users/bob/channels/mail", Some(&token), &json!({"destination": bad, "enabled": true})).await;
+        let message = answer.field_problem(StatusCode::UNPROCESSABLE_ENTITY, "destination");
+        assert!(message.contains("e-mail address"), "{message}");
+        assert!(!answer.text.contains("zq"), "the answer never repeats the destination: {}", answer.text);
+    }
+    let (user, channel) = (UserId::from("bob"), ChannelName::from("mail"));
+    assert!(world.store.get(&user, &channel).await.expect("get").is_none(), "a refused PUT writes nothing");
+
+    let answer =
+        api.put("/v1/users/bob/channels/mail", Some(&token), &json!({"destination": ADDRESS, "enabled": true})).await;
+    let doc = answer.ok(StatusCode::OK);
+    assert_eq!(doc["has_destination"], true);
+    assert!(!answer.text.contains("alice"), "{}", answer.text);
+    let stored = world.store.destination(&user, &channel).await.expect("get").expect("stored");
+    assert!(!stored.windows(5).any(|w| w == b"alice"), "stored only encrypted");
+}
+
+#[tokio::test]
+async fn starttls_is_required_never_skipped() {
+    // aiosmtpd here offers no STARTTLS: the address must not go out in the clear, so nothing is sent, and
+    // that proves non-acceptance (retried within the budget, then FAILED — never parked).
+    let Some(peer) = peer("accept").await else { return };
+    let world = world(&peer, |c| {
+        c.tls = Some(SmtpTls::Starttls);
+        c.max_attempts = 2;
+    })
+    .await;
+    let task = deliver(&world, "e1").await;
+    assert_eq!(outcomes(&task), ["RETRYABLE_REJECT", "RETRYABLE_REJECT"]);
+    assert_eq!(task.state, TaskState::Failed);
+    assert!(task.last_error.as_deref().is_some_and(|e| e.contains("STARTTLS")), "{task:?}");
+    assert!(peer.received().is_empty());
+}
