@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use herald_channels::standin::{
-    Kind, Script, StandIn, GARBAGE_BODY, MIAO_BAD_PARAMS, MIAO_NOT_FOUND, MIAO_OK, MIAO_SERVICE_FAILED,
+    Chaos, Kind, Script, StandIn, GARBAGE_BODY, MIAO_BAD_PARAMS, MIAO_NOT_FOUND, MIAO_OK, MIAO_SERVICE_FAILED,
 };
 use reqwest::{Client, Response, StatusCode};
 use serde_json::{json, Value};
@@ -236,6 +236,39 @@ async fn sms_query_failures_use_their_own_queue() {
     assert_eq!(json_body(recovered).await, json!({"found": 1, "id": "sms-000001"}));
     assert_eq!(sms.queries_for("r1"), 3);
     assert_eq!(sms.pending_scripts(), 0);
+}
+
+#[tokio::test]
+async fn sms_query_lag_hides_an_acceptance_until_the_lag_has_passed() {
+    let sms = StandIn::start(Kind::Sms).await;
+    let client = client();
+    let lag = Duration::from_millis(300);
+    sms.set_query_lag(lag);
+
+    let sent = send(&client, &sms, "r1").await.expect("answered");
+    assert_eq!(sent.status(), StatusCode::OK);
+    let accepted_at = std::time::Instant::now();
+    // The send is real at once, whatever the query says.
+    assert_eq!(sms.sends_for("r1"), 1);
+
+    let early = sms_query(&client, &sms, "r1").await;
+    assert_eq!(json_body(early).await, json!({"found": 0, "id": null}));
+    assert!(accepted_at.elapsed() < lag, "the early query must have been made inside the lag");
+
+    tokio::time::sleep(lag).await;
+    let late = sms_query(&client, &sms, "r1").await;
+    assert_eq!(json_body(late).await, json!({"found": 1, "id": "sms-000001"}));
+
+    // A second acceptance is again hidden for the lag while the first stays visible.
+    send(&client, &sms, "r1").await.expect("answered");
+    let partial = sms_query(&client, &sms, "r1").await;
+    assert_eq!(json_body(partial).await, json!({"found": 1, "id": "sms-000001"}));
+    assert_eq!(sms.sends_for("r1"), 2);
+
+    // Back to zero lag: everything is visible at once.
+    sms.set_query_lag(Duration::ZERO);
+    let all = sms_query(&client, &sms, "r1").await;
+    assert_eq!(json_body(all).await, json!({"found": 2, "id": "sms-000002"}));
 }
 
 #[tokio::test]
@@ -571,4 +604,83 @@ async fn received_messages_never_show_the_destination_in_debug_output() {
     let printed = format!("{messages:?}");
     assert!(!printed.contains("dest-secret"), "{printed}");
     assert!(printed.contains("<redacted>"));
+}
+
+// ---------------------------------------------------------------- chaos mode
+
+/// Chaos weights with every behaviour off; tests switch on the ones they look at.
+fn quiet_chaos(seed: u64) -> Chaos {
+    Chaos {
+        seed,
+        accept: 0,
+        hang: 0,
+        hang_for: Duration::from_millis(400),
+        unavailable: 0,
+        too_many: 0,
+        drop_before: 0,
+        drop_after: 0,
+        garbage: 0,
+        query_ok: 1,
+        query_fail: 0,
+    }
+}
+
+#[tokio::test]
+async fn chaos_refusals_record_nothing_and_acceptances_count_before_misbehaving() {
+    let sms = StandIn::start(Kind::Sms).await;
+    let client = impatient_client();
+
+    sms.set_chaos(Some(Chaos { unavailable: 1, too_many: 1, drop_before: 1, ..quiet_chaos(7) }));
+    for i in 0..12 {
+        let answer = send(&client, &sms, &format!("r{i}")).await;
+        if let Ok(response) = answer {
+            assert!(matches!(response.status().as_u16(), 429 | 503), "a refusal, got {}", response.status());
+        }
+    }
+    assert_eq!(sms.requests(), 12);
+    assert_eq!(sms.sends(), 0, "refusals are answered before anything is recorded");
+
+    sms.set_chaos(Some(Chaos { hang: 1, drop_after: 1, garbage: 1, ..quiet_chaos(8) }));
+    for i in 0..9 {
+        let answer = send(&client, &sms, &format!("a{i}")).await;
+        if let Ok(response) = answer {
+            assert_eq!(response.text().await.expect("body"), GARBAGE_BODY);
+        }
+    }
+    eventually("every misbehaving acceptance recorded", || sms.sends() == 9).await;
+    let draws: u64 = sms.chaos_draws().iter().map(|(_, n)| n).sum();
+    assert_eq!(draws, 9);
+
+    // A scripted step still wins over a draw.
+    sms.script(Script::Ok);
+    let scripted = send(&client, &sms, "scripted").await.expect("answered");
+    assert_eq!(scripted.status(), StatusCode::OK);
+    assert_eq!(sms.sends_for("scripted"), 1);
+    sms.shutdown().await;
+}
+
+#[tokio::test]
+async fn chaos_query_failures_and_seeded_draws_repeat() {
+    let sms = StandIn::start(Kind::Sms).await;
+    sms.set_chaos(Some(Chaos { accept: 1, query_ok: 0, query_fail: 1, ..quiet_chaos(1) }));
+    send(&client(), &sms, "r1").await.expect("answered");
+    let failed = sms_query(&client(), &sms, "r1").await;
+    assert_eq!(failed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    sms.set_chaos(None);
+    let found = sms_query(&client(), &sms, "r1").await;
+    assert_eq!(json_body(found).await, json!({"found": 1, "id": "sms-000001"}));
+
+    // The same seed draws the same sequence.
+    let mut outcomes = Vec::new();
+    for _ in 0..2 {
+        let push = StandIn::start(Kind::Push).await;
+        push.set_chaos(Some(Chaos::mixed(42, Duration::from_millis(400))));
+        let client = impatient_client();
+        for i in 0..20 {
+            let _ = send(&client, &push, &format!("k{i}")).await;
+        }
+        outcomes.push(push.chaos_draws());
+        push.shutdown().await;
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
 }

@@ -11,7 +11,7 @@ use axum::{Extension, Router};
 use serde::Deserialize;
 
 use super::run_send;
-use super::server::ConnectionAbort;
+use super::server::{Arrived, ConnectionAbort};
 use super::state::{Incoming, Shared};
 
 /// The success answer; only this exact body (trimmed) means "accepted" (§9).
@@ -38,6 +38,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
 async fn trigger(
     State(shared): State<Arc<Shared>>,
     Extension(abort): Extension<ConnectionAbort>,
+    Extension(Arrived(arrived)): Extension<Arrived>,
     headers: HeaderMap,
     form: Result<Form<TriggerForm>, FormRejection>,
 ) -> Response {
@@ -46,7 +47,7 @@ async fn trigger(
         Ok(Form(form)) => (form.id.filter(|id| !id.trim().is_empty()), form.text),
         Err(_) => (None, None),
     };
-    shared.lock().record_request(None, code.as_deref(), key.as_deref());
+    shared.lock().record_request(arrived, None, code.as_deref(), key.as_deref());
     let Some(code) = code else {
         return MIAO_BAD_PARAMS.into_response();
     };

@@ -30,6 +30,7 @@
 //! Nothing here logs: the stand-ins run inside benchmarks (no per-request cost) and receive
 //! destinations, which must never reach any output (§8).
 
+mod chaos;
 mod miaotixing;
 mod push;
 mod script;
@@ -51,6 +52,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use chaos::{Chaos, DRAW_NAMES};
 pub use miaotixing::{MIAO_BAD_PARAMS, MIAO_NOT_FOUND, MIAO_OK, MIAO_SERVICE_FAILED};
 pub use script::{Script, GARBAGE_BODY};
 pub use state::Received;
@@ -195,6 +197,19 @@ impl StandIn {
     /// [`StandIn::sends_for`] and the other counters always count the send at once.
     pub fn set_query_lag(&self, lag: std::time::Duration) {
         self.shared.lock().set_query_lag(lag);
+    }
+
+    /// Chaos mode (`Some`): every request that finds no scripted step queued draws its behaviour
+    /// from the seeded RNG and weights of [`Chaos`]; `None` switches it off again. Scripted steps
+    /// always win over a draw.
+    pub fn set_chaos(&self, chaos: Option<Chaos>) {
+        self.shared.lock().scripts.set_chaos(chaos);
+    }
+
+    /// How often each chaos behaviour was drawn so far, by the names of [`DRAW_NAMES`].
+    #[must_use]
+    pub fn chaos_draws(&self) -> Vec<(&'static str, u64)> {
+        self.shared.lock().scripts.chaos_draws()
     }
 
     /// Steps queued and not yet consumed (send and query queues together).

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 
+use super::chaos::{Chaos, ChaosState};
+
 /// Body of the `Garbage` answer: HTTP 200 with something no adapter can parse as an answer
 /// (not JSON for push/sms, not a documented Miaotixing text).
 pub const GARBAGE_BODY: &str = "<html><body>OK</body></html>";
@@ -177,11 +179,12 @@ impl<T> Queues<T> {
     }
 }
 
-/// The two queues of one stand-in.
+/// The two queues of one stand-in, and its chaos mode (consulted when the queues are empty).
 #[derive(Debug, Default)]
 pub(crate) struct Scripts {
     sends: Queues<SendStep>,
     queries: Queues<StatusCode>,
+    chaos: Option<ChaosState>,
 }
 
 impl Scripts {
@@ -192,14 +195,36 @@ impl Scripts {
         }
     }
 
-    /// The step for the next send; normal success when nothing is queued.
-    pub(crate) fn next_send(&mut self, key: Option<&str>) -> SendStep {
-        self.sends.pop(key).unwrap_or(SendStep::Accept(AfterAccept::Answer))
+    /// Switches chaos mode on (`Some`) or off (`None`).
+    pub(crate) fn set_chaos(&mut self, chaos: Option<Chaos>) {
+        self.chaos = chaos.map(ChaosState::new);
     }
 
-    /// A scripted failure for the next query, if any.
+    /// How often each chaos behaviour was drawn (empty when chaos mode is off).
+    pub(crate) fn chaos_draws(&self) -> Vec<(&'static str, u64)> {
+        self.chaos.as_ref().map(ChaosState::draws).unwrap_or_default()
+    }
+
+    /// The step for the next send: a queued one, else a chaos draw, else normal success.
+    pub(crate) fn next_send(&mut self, key: Option<&str>) -> SendStep {
+        if let Some(step) = self.sends.pop(key) {
+            return step;
+        }
+        if let Some(chaos) = &mut self.chaos {
+            if let Routed::Send(step) = chaos.next_send().route() {
+                return step;
+            }
+        }
+        SendStep::Accept(AfterAccept::Answer)
+    }
+
+    /// A failure for the next query: a queued one, else a chaos draw (503), if any.
     pub(crate) fn next_query(&mut self, key: Option<&str>) -> Option<StatusCode> {
-        self.queries.pop(key)
+        if let Some(status) = self.queries.pop(key) {
+            return Some(status);
+        }
+        let chaos = self.chaos.as_mut()?;
+        chaos.next_query_fails().then_some(StatusCode::SERVICE_UNAVAILABLE)
     }
 
     pub(crate) fn pending(&self) -> usize {

@@ -10,7 +10,7 @@
 
 use std::future::pending;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::response::Response;
 use axum::Router;
@@ -36,6 +36,13 @@ impl ConnectionAbort {
         pending().await
     }
 }
+
+/// When the request's head arrived, before its body was read and before it was routed: what
+/// [`StandIn::request_times`](super::StandIn::request_times) records, so that a busy handler does not
+/// make two requests look closer together (or further apart) than they arrived. Inserted into every
+/// request's extensions by [`serve`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Arrived(pub(crate) Instant);
 
 /// Serves `router` on `listener` until `shutdown` fires or its sender is dropped, then closes
 /// every open connection, including the ones held by `HangAfterAccept`.
@@ -66,6 +73,7 @@ async fn serve_connection(stream: TcpStream, router: Router) {
     let abort = Arc::new(Notify::new());
     let handle = ConnectionAbort(Arc::clone(&abort));
     let service = service_fn(move |mut request: hyper::Request<Incoming>| {
+        request.extensions_mut().insert(Arrived(Instant::now()));
         request.extensions_mut().insert(handle.clone());
         // `Router`'s error type is `Infallible`: every failure is already a response.
         router.clone().oneshot(request)

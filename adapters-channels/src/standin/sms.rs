@@ -11,7 +11,7 @@ use axum::routing::post;
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
-use super::server::ConnectionAbort;
+use super::server::{Arrived, ConnectionAbort};
 use super::state::{Incoming, Shared};
 use super::{bad_request, run_send};
 
@@ -39,12 +39,14 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
 async fn send(
     State(shared): State<Arc<Shared>>,
     Extension(abort): Extension<ConnectionAbort>,
+    Extension(Arrived(arrived)): Extension<Arrived>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let parsed = serde_json::from_slice::<SendBody>(&body).ok();
     shared.lock().record_request(
+        arrived,
         parsed.as_ref().map(|b| b.reference.as_str()),
         parsed.as_ref().map(|b| b.to.as_str()),
         key.as_deref(),

@@ -99,11 +99,17 @@ impl State {
         self.query_lag = lag;
     }
 
-    /// Counts a request on the send endpoint, whatever its answer will be. `reference` and
-    /// `to` are `None` when the body could not be parsed.
-    pub(crate) fn record_request(&mut self, reference: Option<&str>, to: Option<&str>, idempotency_key: Option<&str>) {
+    /// Counts a request on the send endpoint, whatever its answer will be. `arrived` is when its
+    /// head arrived; `reference` and `to` are `None` when the body could not be parsed.
+    pub(crate) fn record_request(
+        &mut self,
+        arrived: Instant,
+        reference: Option<&str>,
+        to: Option<&str>,
+        idempotency_key: Option<&str>,
+    ) {
         self.requests += 1;
-        self.request_times.push(Instant::now());
+        self.request_times.push(arrived);
         if let Some(reference) = reference {
             *self.requests_by_ref.entry(reference.to_owned()).or_default() += 1;
         }
