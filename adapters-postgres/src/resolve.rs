@@ -27,15 +27,22 @@ pub(crate) async fn resolve_manually(
     now: Timestamp,
 ) -> Result<Resolved, ResolveError> {
     let mut tx = pool.begin().await.map_err(store_error)?;
-    let row: TaskDecisionRow = sqlx::query_as(LOCK_TASK)
-        .bind(task.0)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(store_error)?
-        .ok_or(ResolveError::NotFound)?;
-    let row = TaskRow::try_from(row)?;
-    let transition = decide_resolution(&row.snapshot, final_state, now)
-        .map_err(|refused| ResolveError::NotParked { state: refused.state })?;
+    let locked: Option<TaskDecisionRow> =
+        sqlx::query_as(LOCK_TASK).bind(task.0).fetch_optional(&mut *tx).await.map_err(store_error)?;
+    // A refusal releases the row lock at once: dropped, the transaction would keep it until the pool
+    // rolls the connection back, and a claim's SKIP LOCKED would pass the task over meanwhile.
+    let Some(locked) = locked else {
+        tx.rollback().await.map_err(store_error)?;
+        return Err(ResolveError::NotFound);
+    };
+    let row = TaskRow::try_from(locked)?;
+    let transition = match decide_resolution(&row.snapshot, final_state, now) {
+        Ok(transition) => transition,
+        Err(refused) => {
+            tx.rollback().await.map_err(store_error)?;
+            return Err(ResolveError::NotParked { state: refused.state });
+        }
+    };
     record_decision(&mut tx, &row, row.last_attempt_no + 1, final_state.outcome(), Some(note), now).await?;
     store_transition(&mut tx, &row, &transition, None, now).await?;
     if final_state.fresh_budget() {
