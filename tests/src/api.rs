@@ -19,9 +19,9 @@ use tokio::sync::oneshot;
 use crate::world::World;
 
 /// The service token the test API accepts (may submit).
-pub const SERVICE_TOKEN: &str = "test-service-token-0123456789";
+pub const SERVICE_TOKEN: &str = "test-service-token-0123456789-abcdef";
 /// The admin token the test API accepts (review, resolve, any user).
-pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789-abcdefgh";
 const USER_TOKEN_SECRET: &str = "test user token secret, long enough";
 
 /// The process-wide Prometheus handle. A process can install one recorder only, so every test of a
