@@ -8,6 +8,5 @@ pub mod config;
 mod http;
 pub mod kinds;
 pub mod registry;
-pub mod standin;
 
 pub use registry::{ConfiguredChannel, HttpChannel, HttpChannelRegistry};

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use herald_channels::config::ChannelConfig;
-use herald_channels::standin::{Kind, Script, StandIn, MIAO_BAD_PARAMS, MIAO_NOT_FOUND, MIAO_OK};
 use herald_channels::HttpChannel;
 use herald_domain::classify::Classified;
 use herald_domain::{ChannelKind, IdempotencyKey, Millis, Observation, Outcome, RefusalProof};
 use herald_ports::{Channel, OutboundMessage};
+use herald_standin::{Kind, Script, StandIn, MIAO_BAD_PARAMS, MIAO_NOT_FOUND, MIAO_OK};
 use secrecy::SecretString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
-use herald_channels::standin::{Kind, StandIn};
 use herald_channels::{HttpChannel, HttpChannelRegistry};
 use herald_domain::{ChannelKind, ChannelName, IdempotencyKey, Observation, UserId};
 use herald_ports::{Channel, ChannelRegistry, CipherError, DestinationCipher, OutboundMessage};
+use herald_standin::{Kind, StandIn};
 use secrecy::{ExposeSecret, SecretString};
 
 const DEST: &str = "dest-PLANTED-r4Kp2";

@@ -15,7 +15,7 @@ const POLL: Duration = Duration::from_millis(5);
 /// Polls `condition` until it holds; panics after [`SAFETY`] naming `what` and the caller's line.
 ///
 /// ```no_run
-/// # async fn demo(standin: &herald_channels::standin::StandIn) {
+/// # async fn demo(standin: &herald_standin::StandIn) {
 /// herald_tests::wait::wait_until("the first acceptance", || async { standin.sends() == 1 }).await;
 /// # }
 /// ```

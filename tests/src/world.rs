@@ -10,7 +10,6 @@ use herald_app::worker::{Worker, WorkerConfig};
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
 use herald_channels::registry::HttpChannelRegistry;
-use herald_channels::standin::{Kind, StandIn};
 use herald_domain::classify::Classified;
 use herald_domain::{
     ChannelKind, ChannelName, ChannelRules, EventKey, Millis, NotificationId, Policy, TaskId, ThreadKey, Timestamp,
@@ -20,6 +19,7 @@ use herald_ports::store::{ChannelTable, Created, NewNotification, TaskView};
 use herald_ports::{
     Channel, ChannelRegistry, Clock, DestinationCipher, NotificationStore, OutboundMessage, PreferenceStore,
 };
+use herald_standin::{Kind, StandIn};
 use secrecy::SecretString;
 
 use crate::clock::ManualClock;

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use herald_channels::config::DigestSetting;
-use herald_channels::standin::Script;
 use herald_domain::{Millis, NotificationId, TaskId, TaskState};
+use herald_standin::Script;
 use herald_tests::api::{Api, ADMIN_TOKEN, SERVICE_TOKEN};
 use herald_tests::world::{ClockMode, World};
 use reqwest::StatusCode;
@@ -592,7 +592,7 @@ async fn journey_two_real_herald_serve_processes_share_a_session_and_a_decision_
     use herald_ports::{NotificationStore as _, PreferenceStore as _};
     let _one = serial().await;
     let db = herald_tests::TestDb::fresh().await.expect("a fresh database");
-    let miao = herald_channels::standin::StandIn::start(herald_channels::standin::Kind::Miaotixing).await;
+    let miao = herald_standin::StandIn::start(herald_standin::Kind::Miaotixing).await;
     let key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
     let keyring = herald_channels::cipher::Keyring::new([("k1".to_owned(), secrecy::SecretString::from(key))], "k1")
         .expect("key");

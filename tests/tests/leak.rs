@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use herald_app::api::{self, ApiState, Authenticator, ClockReadiness, DEFAULT_BODY_LIMIT};
-use herald_channels::standin::{Script, MIAO_NOT_FOUND};
 use herald_ports::{ChannelTable, NotificationStore};
+use herald_standin::{Script, MIAO_NOT_FOUND};
 use herald_tests::{ClockMode, World};
 use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::{json, Value};

@@ -27,9 +27,9 @@ use base64::Engine as _;
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
 use herald_channels::registry::HttpChannelRegistry;
-use herald_channels::standin::{Kind, Script, StandIn};
 use herald_domain::{ChannelKind, Millis};
 use herald_ports::Clock;
+use herald_standin::{Kind, Script, StandIn};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Connection as _;
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use herald_channels::standin::{Script, MIAO_BAD_PARAMS};
+use herald_standin::{Script, MIAO_BAD_PARAMS};
 
 /// The client timeout of every demo channel; a stand-in delay of [`LATE`] makes it expire after the
 /// stand-in has already accepted.

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use anyhow::{ensure, Context as _};
 use futures::stream::{self, StreamExt as _, TryStreamExt as _};
-use herald_channels::standin::{Script, StandIn};
+use herald_standin::{Script, StandIn};
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde_json::json;

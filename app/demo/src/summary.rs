@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use herald_channels::standin::StandIn;
 use herald_domain::{NotificationId, TaskState};
 use herald_ports::{NotificationStore, StoreError, TaskView};
+use herald_standin::StandIn;
 
 use super::scenario::{self, Ch, End, CASES};
 use super::submit::Submitted;

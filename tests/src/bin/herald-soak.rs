@@ -16,7 +16,7 @@
 //!   `herald migrate`. With `--plant NAME` (the negative control) the extra workers are this binary in
 //!   `planted-worker` mode instead: Herald's own `Worker` over the same configuration, whose store is
 //!   wrapped in a decorator that plants one bug ([`Plant`]). The normal run never uses it.
-//! * **Stand-ins** run in this process (real loopback HTTP servers from `herald_channels::standin`) in
+//! * **Stand-ins** run in this process (real loopback HTTP servers from `herald_standin`) in
 //!   chaos mode: every request draws accept, accept-then-answer-after-the-timeout, 503 / 429 before
 //!   accepting, drop before / after accepting, garbage after accepting; sms queries draw 503. Five
 //!   channels: `push` (webhook, idempotent), `sms` (queryable, with a query lag just below its
@@ -56,7 +56,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use async_trait::async_trait;
-use herald_channels::standin::{Chaos, Kind, StandIn};
 use herald_domain::{
     ChannelName, ChannelRules, EgressDecision, EventKey, FinalState, Observation, TaskId, TaskState, Timestamp,
     Transition, UserId,
@@ -67,6 +66,7 @@ use herald_ports::{
     NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
 };
 use herald_postgres::PgStore;
+use herald_standin::{Chaos, Kind, StandIn};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};

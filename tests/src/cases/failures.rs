@@ -1,7 +1,7 @@
 //! F1, B1, B2: refusals, switched-off preferences and expiry.
 
-use herald_channels::standin::Script;
 use herald_domain::TaskState;
+use herald_standin::Script;
 
 use super::{codes, outcomes};
 use crate::world::{ClockMode, World};

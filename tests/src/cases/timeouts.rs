@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_channels::registry::HttpChannelRegistry;
-use herald_channels::standin::Script;
 use herald_domain::resolve::FinalState;
 use herald_domain::{Policy, TaskState};
 use herald_ports::store::ResolveError;
 use herald_ports::{Channel, NotificationStore};
+use herald_standin::Script;
 
 use super::{actions, codes, outcomes};
 use crate::world::{ClockMode, WithPolicy, World};

@@ -2,7 +2,7 @@
 //! authentication, and a concurrent duplicate-submit storm. Every refused request is checked to have
 //! written nothing (row counts and task/preference fingerprints before and after).
 
-use herald_channels::standin::Script;
+use herald_standin::Script;
 use herald_tests::api::{Answer, Api, Written, ADMIN_TOKEN, SERVICE_TOKEN};
 use herald_tests::{ClockMode, World};
 use reqwest::{Method, StatusCode};

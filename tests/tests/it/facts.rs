@@ -5,8 +5,8 @@
 
 use herald_app::worker::Report;
 use herald_channels::config::{DigestSetting, MIAOTIXING_DEFAULT_TEXT};
-use herald_channels::standin::{Script, MIAO_BAD_PARAMS};
 use herald_domain::{Outcome, TaskState};
+use herald_standin::{Script, MIAO_BAD_PARAMS};
 use herald_tests::api::{Api, SERVICE_TOKEN};
 use herald_tests::world::T0;
 use herald_tests::{ClockMode, World};

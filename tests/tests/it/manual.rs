@@ -6,7 +6,7 @@ use herald_tests::world::{ClockMode, World};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use herald_channels::standin::Script;
+use herald_standin::Script;
 
 const SVC: Option<&str> = Some(SERVICE_TOKEN);
 const ADMIN: Option<&str> = Some(ADMIN_TOKEN);

@@ -14,7 +14,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use herald_app::worker::{Report, Worker, WorkerConfig};
 use herald_channels::config::DigestSetting;
-use herald_channels::standin::Script;
 use herald_domain::classify::Classified;
 use herald_domain::egress::EgressDecision;
 use herald_domain::resolve::FinalState;
@@ -27,6 +26,7 @@ use herald_ports::store::{
     NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
 };
 use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
+use herald_standin::Script;
 use herald_tests::clock::ManualClock;
 use herald_tests::world::{ClockMode, World, T0};
 

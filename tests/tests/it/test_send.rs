@@ -2,9 +2,9 @@
 //! classification as a delivery, answers in words, a refusal that neither verifies nor deletes, the
 //! user's confirmation as verification, and the egress interval (429 with `Retry-After`).
 
-use herald_channels::standin::{Script, MIAO_NOT_FOUND};
 use herald_domain::{ChannelName, UserId};
 use herald_ports::PreferenceStore;
+use herald_standin::{Script, MIAO_NOT_FOUND};
 use herald_tests::api::{Api, ADMIN_TOKEN, SERVICE_TOKEN};
 use herald_tests::{ClockMode, World};
 use reqwest::header::RETRY_AFTER;

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
-use herald_channels::standin::{Kind, StandIn};
 use herald_domain::{ChannelKind, ChannelName, EventKey, Millis, TaskState, UserId};
 use herald_ports::store::{ChannelTable, NewNotification};
 use herald_ports::{Clock as _, NotificationStore as _, PreferenceStore as _};
+use herald_standin::{Kind, StandIn};
 use herald_tests::wait::{wait_until, SAFETY};
 use secrecy::SecretString;
 use tokio::io::AsyncBufReadExt as _;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_app::worker::{Worker, WorkerConfig};
-use herald_channels::standin::Script;
 use herald_domain::{Millis, NotificationId, TaskId, TaskState};
 use herald_ports::TaskView;
+use herald_standin::Script;
 use herald_tests::wait::wait_until;
 use herald_tests::{ClockMode, World};
 use sqlx::Connection as _;

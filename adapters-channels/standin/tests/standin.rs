@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use herald_channels::standin::{
+use herald_standin::{
     Chaos, Kind, Script, StandIn, GARBAGE_BODY, MIAO_BAD_PARAMS, MIAO_NOT_FOUND, MIAO_OK, MIAO_SERVICE_FAILED,
 };
 use reqwest::{Client, Response, StatusCode};

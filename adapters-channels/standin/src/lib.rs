@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use herald_channels::standin::{Kind, Script, StandIn};
+//! use herald_standin::{Kind, Script, StandIn};
 //! use std::time::Duration;
 //!
 //! let sms = StandIn::start(Kind::Sms).await;
