@@ -95,11 +95,14 @@ const DIGEST_LIMIT: usize = 3;
 const DIGEST_WINDOW: Duration = Duration::from_secs(3_600);
 /// The egress interval of the `slow` channel.
 const SLOW_INTERVAL: Duration = Duration::from_millis(200);
-/// Its egress guard (how late after its claim a worker may still use its slot). The default, a tenth of
-/// the interval (20 ms), is smaller than the scheduling delay between claim and request on a loaded
-/// 2-core machine: a first run measured a gap of 181 ms at the stand-in with it. The check itself stays
-/// strict: every gap measured at the stand-in must be at least the interval.
-const SLOW_GUARD: Duration = Duration::from_millis(100);
+/// Its egress guard. The interval holds between actual calls only while a call's whole delay — from its
+/// claim's clock read to its request reaching the channel — stays under the guard (docs/ARCHITECTURE.md,
+/// "Guard"): the worker checks the part before the send, nothing can check the part after it. On this
+/// 2-core machine, saturated by the soak itself and by builds, that delay reached 127 ms (a gap of 173 ms
+/// with a 100 ms guard in a 20-minute run; 181 ms with the default 20 ms), so the guard is set above the
+/// worst delay seen, as an operator must for their channel. The check itself stays strict: every gap
+/// measured at the stand-in must be at least the interval.
+const SLOW_GUARD: Duration = Duration::from_millis(300);
 const REGULAR_USERS: usize = 24;
 const DIGEST_USERS: usize = 6;
 
