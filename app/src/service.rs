@@ -54,6 +54,16 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
         None
     };
     let (store, services) = Services::from_config(&config, command, true).await?;
+    let metrics = crate::metrics::install()?;
+    if migrate {
+        store.migrate().await.context("migrations failed")?;
+        tracing::info!("migrations applied");
+    } else if !store.is_migrated().await {
+        anyhow::bail!(
+            "the database of database.url is not migrated (or was migrated by an older herald): run `herald \
+             migrate` first, or start with `herald {command} --migrate`"
+        );
+    }
     // Every key a stored destination is under must be loaded, or its deliveries fail one by one later.
     let in_use = services.prefs.key_ids_in_use().await.context("cannot read which keys are in use")?;
     let missing: Vec<&str> = in_use.iter().map(String::as_str).filter(|id| !services.cipher.has_key(id)).collect();
@@ -67,16 +77,6 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
             ),
         )
         .into());
-    }
-    let metrics = crate::metrics::install()?;
-    if migrate {
-        store.migrate().await.context("migrations failed")?;
-        tracing::info!("migrations applied");
-    } else if !store.is_migrated().await {
-        anyhow::bail!(
-            "the database of database.url is not migrated (or was migrated by an older herald): run `herald \
-             migrate` first, or start with `herald {command} --migrate`"
-        );
     }
 
     // Bound before any worker starts, so a taken port fails the start-up cleanly.
