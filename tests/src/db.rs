@@ -72,12 +72,17 @@ async fn ensure_template() -> anyhow::Result<String> {
             let store = PgStore::connect(&url_for(&building)?, 2).await?;
             store.migrate().await?;
             store.pool().close().await;
-            // The server may still be closing the migration connections' backends for a moment.
+            // The server may still be closing the migration connections' backends for a moment; any
+            // session still attached is ended (nothing but this function uses the half-built database).
             let rename = format!("ALTER DATABASE {building} RENAME TO {name}");
             let mut tries = 0;
             while let Err(error) = sqlx::query(&rename).execute(&mut conn).await {
                 tries += 1;
-                anyhow::ensure!(tries < 50, "cannot finish the template: {error}");
+                anyhow::ensure!(tries < 250, "cannot finish the template {name}: {error}");
+                sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()")
+                    .bind(&building)
+                    .execute(&mut conn)
+                    .await?;
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         }

@@ -26,8 +26,33 @@ use serde_json::{json, Value};
 /// One journey at a time (a tokio mutex: it is held across awaits, and a failed journey releases it).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().await
+/// A journey's turn: the lock, and a watchdog that ends the whole test binary with a message naming the
+/// journey if it runs longer than [`JOURNEY_LIMIT`] — a browser or driver that stops answering must fail
+/// the run, not hold it until CI's time cap.
+struct Turn {
+    _lock: tokio::sync::MutexGuard<'static, ()>,
+    done: std::sync::mpsc::Sender<()>,
+}
+
+const JOURNEY_LIMIT: Duration = Duration::from_secs(240);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let _ = self.done.send(());
+    }
+}
+
+async fn serial() -> Turn {
+    let lock = ONE_AT_A_TIME.lock().await;
+    let journey = std::thread::current().name().unwrap_or("a journey").to_owned();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(JOURNEY_LIMIT) {
+            eprintln!("{journey}: still running after {} s; stopping the browser tests", JOURNEY_LIMIT.as_secs());
+            std::process::exit(101);
+        }
+    });
+    Turn { _lock: lock, done }
 }
 
 const SVC: Option<&str> = Some(SERVICE_TOKEN);
