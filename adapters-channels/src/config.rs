@@ -102,7 +102,8 @@ pub struct ChannelConfig {
     #[serde(default)]
     pub password: Option<ConfigSecret>,
     /// A file holding the password (one line; surrounding whitespace trimmed). Read when the channel is
-    /// built; a relative path is taken from the working directory (give an absolute one).
+    /// built; a configuration file's relative path is taken from that file's folder (`herald`'s loader
+    /// makes it absolute).
     #[serde(default)]
     pub password_file: Option<PathBuf>,
     /// `email`: the sender address (`MAIL FROM` and `From:`); its domain is the `Message-ID`'s right part.
@@ -114,7 +115,7 @@ pub struct ChannelConfig {
     /// `webpush`: the VAPID private key, base64url of the 32-byte P-256 scalar (`herald keys vapid`).
     #[serde(default)]
     pub vapid_private_key: Option<ConfigSecret>,
-    /// A file holding the VAPID private key; like `password_file`, best given as an absolute path.
+    /// A file holding the VAPID private key; relative paths as for `password_file`.
     #[serde(default)]
     pub vapid_private_key_file: Option<PathBuf>,
     /// `webpush`: the VAPID `sub` claim, a `mailto:` or `https:` contact for the push services.

@@ -440,8 +440,14 @@ impl RawConfig {
                 Some(name) => format!("channel.{name}"),
                 None => format!("channel[{i}]"),
             };
-            let channel =
+            let mut channel =
                 ChannelConfig::deserialize(&entry).map_err(|error| sources::decoding_error(&error, &label))?;
+            // Like every other `…_file`, a relative path is taken from the configuration file's folder.
+            for path in [&mut channel.password_file, &mut channel.vapid_private_key_file].into_iter().flatten() {
+                if path.is_relative() {
+                    *path = base.join(&*path);
+                }
+            }
             channel.validate().map_err(|error| ConfigError::new(error.key, error.reason))?;
             if !names.insert(channel.name.clone()) {
                 return Err(ConfigError::new(

@@ -283,6 +283,30 @@ fn secrets_can_come_from_files() {
 }
 
 #[test]
+fn channel_secret_files_are_found_beside_the_configuration() {
+    let dir = TempDir::new("channel-files");
+    let path = dir.write(
+        "herald.toml",
+        "[[channel]]\nname = \"mail\"\nkind = \"email\"\nhost = \"127.0.0.1\"\nport = 2525\ntls = \"none\"\n\
+         from = \"herald@notify.example.org\"\nusername = \"herald\"\npassword_file = \"smtp.pw\"\n\
+         [[channel]]\nname = \"push\"\nkind = \"webpush\"\nvapid_private_key_file = \"secrets/vapid.key\"\n\
+         vapid_subject = \"mailto:ops@notify.example.org\"\n",
+    );
+    let config = Config::load(Some(&path), std::iter::empty()).expect("valid");
+    let base = path.parent().expect("folder");
+    assert_eq!(config.channels[0].password_file.as_deref(), Some(base.join("smtp.pw").as_path()));
+    assert_eq!(config.channels[1].vapid_private_key_file.as_deref(), Some(base.join("secrets/vapid.key").as_path()));
+    // An absolute path stays as given.
+    let config = load(
+        "[[channel]]\nname = \"push\"\nkind = \"webpush\"\nvapid_private_key_file = \"/etc/herald/vapid.key\"\n\
+         vapid_subject = \"mailto:ops@notify.example.org\"\n",
+        &[],
+    )
+    .expect("valid");
+    assert_eq!(config.channels[0].vapid_private_key_file.as_deref(), Some(Path::new("/etc/herald/vapid.key")));
+}
+
+#[test]
 fn file_errors_name_the_key() {
     let dir = TempDir::new("errors");
     let path = dir.write("a.toml", "[database]\nurl_file = \"missing\"\n");
