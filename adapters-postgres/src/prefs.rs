@@ -86,6 +86,27 @@ impl PreferenceStore for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn record_destination_gone(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        tested: &[u8],
+    ) -> Result<bool, StoreError> {
+        // The same consequence as migration 0006's trigger after a delivery's attempt.
+        let done = sqlx::query(
+            "UPDATE channel_pref SET enabled = false, destination_expired_at = COALESCE(destination_expired_at, now()), \
+                    version = version + 1, updated_at = now() \
+             WHERE user_id = $1 AND channel = $2 AND destination = $3",
+        )
+        .bind(user.as_str())
+        .bind(channel.as_str())
+        .bind(tested)
+        .execute(&self.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError> {
         let done = sqlx::query(
             "UPDATE channel_pref SET verified_at = now(), version = version + 1, updated_at = now() \

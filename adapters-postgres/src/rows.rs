@@ -303,6 +303,7 @@ pub(crate) struct InboxChannelRow {
     attempt_count: i32,
     last_outcome: Option<String>,
     last_note: Option<String>,
+    destination_gone: bool,
 }
 
 impl TryFrom<InboxChannelRow> for InboxChannel {
@@ -317,6 +318,7 @@ impl TryFrom<InboxChannelRow> for InboxChannel {
             last_outcome: row.last_outcome.as_deref().map(parse_code).transpose()?,
             attempt_count: count_u32(row.attempt_count),
             note: row.last_note,
+            destination_gone: row.destination_gone,
         })
     }
 }

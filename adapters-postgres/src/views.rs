@@ -135,21 +135,24 @@ pub(crate) async fn inbox_page(
     // (one index probe on (user_id, task_id, attempt_no) per task, in this one statement).
     let channel_rows: Vec<InboxChannelRow> = sqlx::query_as(
         "SELECT t.notification_id, t.channel, t.state, t.needs_review, (t.digest_count IS NOT NULL) AS in_digest, \
-                t.attempt_count, last.outcome AS last_outcome, last.note AS last_note \
+                t.attempt_count, last.outcome AS last_outcome, last.note AS last_note, \
+                COALESCE(last.detail LIKE $3, false) AS destination_gone \
          FROM delivery_task t \
-         LEFT JOIN LATERAL (SELECT a.outcome, a.note FROM delivery_attempt a WHERE a.user_id = t.user_id AND a.task_id = t.id \
+         LEFT JOIN LATERAL (SELECT a.outcome, a.note, a.detail FROM delivery_attempt a WHERE a.user_id = t.user_id AND a.task_id = t.id \
                             ORDER BY a.attempt_no DESC LIMIT 1) last ON true \
          WHERE t.user_id = $1 AND t.notification_id = ANY($2) \
          UNION ALL \
-         SELECT m.notification_id, m.channel, d.state, d.needs_review, true, d.attempt_count, last.outcome, last.note \
+         SELECT m.notification_id, m.channel, d.state, d.needs_review, true, d.attempt_count, last.outcome, last.note, \
+                COALESCE(last.detail LIKE $3, false) \
          FROM digest_member m JOIN delivery_task d ON d.user_id = m.user_id AND d.id = m.digest_task_id \
-         LEFT JOIN LATERAL (SELECT a.outcome, a.note FROM delivery_attempt a WHERE a.user_id = d.user_id AND a.task_id = d.id \
+         LEFT JOIN LATERAL (SELECT a.outcome, a.note, a.detail FROM delivery_attempt a WHERE a.user_id = d.user_id AND a.task_id = d.id \
                             ORDER BY a.attempt_no DESC LIMIT 1) last ON true \
          WHERE m.user_id = $1 AND m.notification_id = ANY($2) \
          ORDER BY 1, 2",
     )
     .bind(user.as_str())
     .bind(&ids)
+    .bind(format!("{}%", herald_domain::classify::WEBPUSH_SUBSCRIPTION_EXPIRED))
     .fetch_all(pool)
     .await
     .map_err(store_error)?;

@@ -51,6 +51,17 @@ pub trait PreferenceStore: Send + Sync {
         tested: &[u8],
     ) -> Result<bool, StoreError>;
 
+    /// A test send found the destination `tested` gone for good (a Web Push subscription answered 404 or
+    /// 410): as after a delivery's attempt, the channel is switched off for this user and marked
+    /// "subscription expired" — only while `tested` is still the stored destination (a newer one was not
+    /// refused). Returns whether it was.
+    async fn record_destination_gone(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        tested: &[u8],
+    ) -> Result<bool, StoreError>;
+
     /// Marks the destination verified (the user confirmed a test prompt arrived). MUST only succeed
     /// while the stored destination is the one a test send was accepted for; returns whether it did.
     async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError>;

@@ -296,6 +296,9 @@ pub struct InboxChannel {
     /// The note of the latest attempt when a person wrote it (a manual resolution), for the words
     /// "marked sent by an operator: {note}".
     pub note: Option<String>,
+    /// The latest attempt found the destination gone for good (a Web Push subscription answered 404 or
+    /// 410): the words are "not sent: subscription expired", not a bare "failed".
+    pub destination_gone: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

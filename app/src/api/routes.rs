@@ -287,6 +287,7 @@ pub fn status_text(channel: &InboxChannel) -> &'static str {
         TaskState::Sent => "accepted by channel",
         TaskState::Suppressed => "not sent: channel off",
         TaskState::Failed if matches!(channel.last_outcome, Some(Outcome::TtlExpired)) => "expired",
+        TaskState::Failed if channel.destination_gone => "not sent: subscription expired",
         TaskState::Failed => "failed",
         TaskState::Unknown if channel.needs_review => "outcome unknown — under review",
         TaskState::Unknown => "waiting to retry",

@@ -515,6 +515,7 @@ async fn inbox_words_and_in_app_only() {
                     last_outcome: Some(herald_domain::Outcome::Accepted),
                     attempt_count: 1,
                     note: None,
+                    destination_gone: false,
                 }],
             },
             herald_ports::InboxItem {
@@ -545,6 +546,7 @@ fn status_texts() {
         last_outcome,
         attempt_count,
         note: None,
+        destination_gone: false,
     };
     let cases = [
         (ch(TaskState::Sent, false, false, Some(Outcome::Accepted), 1), "accepted by channel"),
@@ -561,6 +563,9 @@ fn status_texts() {
     for (channel, text) in cases {
         assert_eq!(routes::status_text(&channel), text, "{channel:?}");
     }
+    let gone =
+        InboxChannel { destination_gone: true, ..ch(TaskState::Failed, false, false, Some(Outcome::Rejected), 1) };
+    assert_eq!(routes::status_text(&gone), "not sent: subscription expired");
 }
 
 #[tokio::test]

@@ -329,6 +329,7 @@ pub fn inbox_words(w: &Words, c: &InboxChannel) -> String {
         TaskState::Sent => w.st_accepted,
         TaskState::Suppressed => w.st_off,
         TaskState::Failed if matches!(c.last_outcome, Some(herald_domain::Outcome::TtlExpired)) => w.st_expired,
+        TaskState::Failed if c.destination_gone => w.st_gone,
         TaskState::Failed => w.st_refused,
         TaskState::Unknown if c.needs_review => w.st_unknown_review,
         TaskState::Unknown => w.st_unknown_checking,

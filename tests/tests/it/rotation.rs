@@ -193,6 +193,15 @@ impl PreferenceStore for Unreliable {
         self.inner.record_test_accepted(user, channel, tested).await
     }
 
+    async fn record_destination_gone(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        tested: &[u8],
+    ) -> Result<bool, StoreError> {
+        self.inner.record_destination_gone(user, channel, tested).await
+    }
+
     async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError> {
         self.inner.mark_verified(user, channel).await
     }

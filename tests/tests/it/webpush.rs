@@ -142,6 +142,33 @@ async fn gone_subscriptions_fail_and_switch_the_channel_off_visibly() {
 }
 
 #[tokio::test]
+async fn a_test_send_that_finds_the_subscription_gone_switches_the_channel_off() {
+    use herald_tests::api::Api;
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let peer = PushPeer::start().await.expect("push peer");
+    let world = world(&peer, |_| {}).await;
+    let api = Api::start(&world).await.expect("api");
+    let token = api.user_token("u1");
+    peer.script([Step::Status(410, None)]);
+    let answer = api.post("/v1/users/u1/channels/webpush/test", Some(&token), &json!({})).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    let (user, channel) = (UserId::from("u1"), ChannelName::from("webpush"));
+    let pref = world.store.get(&user, &channel).await.expect("get").expect("pref");
+    assert!(!pref.enabled, "as after a delivery, a gone subscription switches the channel off: {}", answer.text);
+    assert!(world.store.destination_expired(&user, &channel).await.expect("mark"));
+    assert_eq!(peer.received(), 0);
+    // A 400 says nothing about the subscription: a new one, refused as malformed, stays on.
+    subscribe(&world, &peer).await;
+    peer.script([Step::Status(400, None)]);
+    let answer = api.post("/v1/users/u1/channels/webpush/test", Some(&token), &json!({})).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+    assert!(world.store.get(&user, &channel).await.expect("get").expect("pref").enabled);
+    assert!(!world.store.destination_expired(&user, &channel).await.expect("mark"));
+}
+
+#[tokio::test]
 async fn malformed_and_too_large_are_rejected_without_disabling() {
     for status in [400, 413] {
         let peer = PushPeer::start().await.expect("push peer");
@@ -259,6 +286,16 @@ async fn the_api_stores_only_a_push_subscription_and_shows_an_expired_one() {
     peer.script([Step::Status(410, None)]);
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(task.state, TaskState::Failed);
+    // The inbox names the reason, not a bare "failed".
+    let inbox = api.get("/v1/users/u1/inbox", Some(&token)).await.ok(StatusCode::OK);
+    let words: Vec<_> = inbox["items"][0]["channels"]
+        .as_array()
+        .expect("channels")
+        .iter()
+        .filter(|c| c["channel"] == "webpush")
+        .map(|c| c["status_text"].clone())
+        .collect();
+    assert_eq!(words, [json!("not sent: subscription expired")], "{inbox}");
     let answer = api.put(path, Some(&token), &json!({"enabled": false})).await;
     let doc = answer.ok(StatusCode::OK);
     assert_eq!(doc["status"], "subscription expired", "{doc}");
