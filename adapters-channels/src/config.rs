@@ -106,6 +106,10 @@ pub struct ChannelConfig {
     /// makes it absolute).
     #[serde(default)]
     pub password_file: Option<PathBuf>,
+    /// `email`: a PEM file of certificate authorities trusted besides the web's roots (a private relay
+    /// signed by an internal CA). Read when the channel is built; relative paths as for `password_file`.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
     /// `email`: the sender address (`MAIL FROM` and `From:`); its domain is the `Message-ID`'s right part.
     #[serde(default)]
     pub from: Option<String>,
@@ -331,6 +335,7 @@ impl ChannelConfig {
             username: None,
             password: None,
             password_file: None,
+            tls_ca_file: None,
             from: None,
             subject: None,
             vapid_private_key: None,
@@ -441,6 +446,7 @@ impl ChannelConfig {
             ("username", self.username.is_some()),
             ("password", self.password.is_some()),
             ("password_file", self.password_file.is_some()),
+            ("tls_ca_file", self.tls_ca_file.is_some()),
             ("from", self.from.is_some()),
             ("subject", self.subject.is_some()),
         ];
@@ -470,6 +476,9 @@ impl ChannelConfig {
             }
             if self.tls() == SmtpTls::None && !is_loopback(host) {
                 return err("tls", "may be \"none\" only for a loopback host (localhost, 127.0.0.0/8, ::1)");
+            }
+            if self.tls() == SmtpTls::None && self.tls_ca_file.is_some() {
+                return err("tls_ca_file", "is only used with tls = \"starttls\" or \"implicit\"");
             }
             if self.password.is_some() && self.password_file.is_some() {
                 return err("password", "is given both directly and as password_file; give one");

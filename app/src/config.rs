@@ -443,7 +443,8 @@ impl RawConfig {
             let mut channel =
                 ChannelConfig::deserialize(&entry).map_err(|error| sources::decoding_error(&error, &label))?;
             // Like every other `…_file`, a relative path is taken from the configuration file's folder.
-            for path in [&mut channel.password_file, &mut channel.vapid_private_key_file].into_iter().flatten() {
+            let files = [&mut channel.password_file, &mut channel.tls_ca_file, &mut channel.vapid_private_key_file];
+            for path in files.into_iter().flatten() {
                 if path.is_relative() {
                     *path = base.join(&*path);
                 }

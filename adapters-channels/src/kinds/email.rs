@@ -32,7 +32,7 @@ use herald_ports::{Channel, OutboundMessage};
 use lettre::message::header::ContentType;
 use lettre::message::Mailbox;
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
-use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParameters};
 use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
 use lettre::transport::smtp::extension::ClientId;
 use lettre::Address;
@@ -51,6 +51,8 @@ pub struct EmailChannel {
     host: String,
     port: u16,
     tls: SmtpTls,
+    /// Certificate authorities trusted besides the web's roots (`tls_ca_file`).
+    roots: Vec<Certificate>,
     credentials: Option<Credentials>,
     from: Address,
     subject: String,
@@ -101,6 +103,15 @@ impl EmailChannel {
             ),
             (None, None) => None,
         };
+        let mut roots = Vec::new();
+        if let Some(path) = &config.tls_ca_file {
+            let pem = std::fs::read(path).map_err(|_| ConfigError::new(name, "tls_ca_file", "cannot be read"))?;
+            let no_certificate = || ConfigError::new(name, "tls_ca_file", "holds no PEM certificate");
+            if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+                return Err(no_certificate());
+            }
+            roots.push(Certificate::from_pem(&pem).map_err(|_| no_certificate())?);
+        }
         let credentials =
             config.username.clone().zip(password).map(|(user, password)| Credentials::new(user, password));
         Ok(EmailChannel {
@@ -108,6 +119,7 @@ impl EmailChannel {
             host,
             port: config.port(),
             tls: config.tls(),
+            roots,
             credentials,
             from,
             subject: config.subject.clone().unwrap_or_else(|| EMAIL_DEFAULT_SUBJECT.to_owned()),
@@ -155,6 +167,9 @@ impl EmailChannel {
             Ok(_) => {
                 let _ = timeout_at(deadline, connection.quit()).await;
             }
+            // After a failed STARTTLS handshake lettre holds no stream any more (writing to it would
+            // panic in a debug build): the connection is only dropped, which closes it.
+            Err(_) if self.tls == SmtpTls::Starttls && !connection.is_encrypted() => {}
             Err(_) => {
                 let _ = timeout_at(deadline, connection.abort()).await;
             }
@@ -192,7 +207,12 @@ impl EmailChannel {
     }
 
     fn tls_parameters(&self, stage: SmtpStage) -> Result<TlsParameters, Classified> {
-        TlsParameters::new(self.host.clone()).map_err(|_| classify_smtp(stage, SmtpEvent::Broken))
+        let builder = self
+            .roots
+            .iter()
+            .cloned()
+            .fold(TlsParameters::builder(self.host.clone()), |b, root| b.add_root_certificate(root));
+        builder.build().map_err(|_| classify_smtp(stage, SmtpEvent::Broken))
     }
 }
 

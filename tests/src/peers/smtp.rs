@@ -60,6 +60,16 @@ impl SmtpPeer {
     /// # Errors
     /// When python3 or aiosmtpd is missing, or the server does not come up.
     pub async fn start(script: &str) -> anyhow::Result<SmtpPeer> {
+        SmtpPeer::start_with_tls(script, "none").await
+    }
+
+    /// As [`SmtpPeer::start`], speaking TLS: `"starttls"` (offered and required before MAIL) or
+    /// `"implicit"` (from the first byte), with a server certificate signed by a certificate authority made
+    /// for this run, at [`SmtpPeer::ca_pem`].
+    ///
+    /// # Errors
+    /// As [`SmtpPeer::start`].
+    pub async fn start_with_tls(script: &str, tls: &str) -> anyhow::Result<SmtpPeer> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let dir = std::env::temp_dir().join(format!("herald-smtp-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -69,6 +79,7 @@ impl SmtpPeer {
             .arg(port.to_string())
             .arg(&dir)
             .arg(script)
+            .arg(tls)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -87,6 +98,12 @@ impl SmtpPeer {
     #[must_use]
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The PEM file of the run's certificate authority (after [`SmtpPeer::start_with_tls`]).
+    #[must_use]
+    pub fn ca_pem(&self) -> std::path::PathBuf {
+        self.dir.join("ca.pem")
     }
 
     #[must_use]

@@ -52,12 +52,16 @@ async fn deliver(world: &World, event: &str) -> TaskView {
 }
 
 async fn peer(script: &str) -> Option<SmtpPeer> {
+    tls_peer(script, "none").await
+}
+
+async fn tls_peer(script: &str, tls: &str) -> Option<SmtpPeer> {
     if !herald_tests::peers::python_has("aiosmtpd") {
         assert!(std::env::var_os("CI").is_none(), "aiosmtpd is missing on CI: .ci/run installs it");
         eprintln!("skipped: aiosmtpd is not installed (`pip install aiosmtpd`)");
         return None;
     }
-    Some(SmtpPeer::start(script).await.expect("aiosmtpd"))
+    Some(SmtpPeer::start_with_tls(script, tls).await.expect("aiosmtpd"))
 }
 
 #[tokio::test]
@@ -228,4 +232,59 @@ async fn starttls_is_required_never_skipped() {
     assert_eq!(task.state, TaskState::Failed);
     assert!(task.last_error.as_deref().is_some_and(|e| e.contains("STARTTLS")), "{task:?}");
     assert!(peer.received().is_empty());
+}
+
+#[tokio::test]
+async fn starttls_and_implicit_tls_are_spoken_and_the_certificate_is_checked() {
+    for (mode, tls) in [("starttls", SmtpTls::Starttls), ("implicit", SmtpTls::Implicit)] {
+        let Some(peer) = tls_peer("accept", mode).await else { return };
+        // Trusting the run's certificate authority: the message goes out over TLS.
+        let ca = peer.ca_pem();
+        let world = world(&peer, |c| {
+            c.tls = Some(tls);
+            c.tls_ca_file = Some(ca);
+        })
+        .await;
+        let task = deliver(&world, "e1").await;
+        assert_eq!(outcomes(&task), ["ACCEPTED"], "{mode}: {task:?}");
+        let received = peer.received();
+        assert_eq!(received.len(), 1, "{mode}");
+        let version = received[0].header("X-Peer-Tls").expect("the peer records the session's TLS");
+        assert!(version.starts_with("TLSv1."), "{mode}: sent over {version}");
+
+        // Without it the server's certificate is not trusted: nothing is sent, and that proves
+        // non-acceptance (retried, then FAILED — never parked as unknown).
+        let world = world_without_ca(&peer, tls).await;
+        let task = deliver(&world, "e2").await;
+        assert_eq!(outcomes(&task), ["RETRYABLE_REJECT", "RETRYABLE_REJECT"], "{mode}: {task:?}");
+        assert_eq!(task.state, TaskState::Failed, "{mode}");
+        assert_eq!(peer.received().len(), 1, "{mode}: nothing more reached the server");
+    }
+}
+
+async fn world_without_ca(peer: &SmtpPeer, tls: SmtpTls) -> World {
+    world(peer, |c| {
+        c.tls = Some(tls);
+        c.max_attempts = 2;
+    })
+    .await
+}
+
+#[test]
+fn an_unreadable_or_empty_ca_file_is_refused_naming_the_key() {
+    let dir = std::env::temp_dir().join(format!("herald-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let empty = dir.join("empty.pem");
+    std::fs::write(&empty, "no certificate here\n").expect("write");
+    for path in [dir.join("missing.pem"), empty] {
+        let config = email_config(2525, |c| {
+            c.tls = Some(SmtpTls::Starttls);
+            c.tls_ca_file = Some(path.clone());
+        });
+        let Err(error) = herald_channels::kinds::email::EmailChannel::new(&config) else {
+            panic!("{} was accepted", path.display())
+        };
+        assert_eq!(error.key, "channel.mail.tls_ca_file", "{error:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
