@@ -303,3 +303,45 @@ pub struct ApiDoc;
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
+
+#[cfg(test)]
+mod readiness_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Counts its checks; answers "not ready" from the third on.
+    struct Counting(Arc<AtomicUsize>);
+
+    #[async_trait]
+    impl Readiness for Counting {
+        async fn check(&self) -> Result<(), String> {
+            let n = self.0.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            if n >= 2 {
+                Err("down".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_probes_checks_once_per_ttl() {
+        let checks = Arc::new(AtomicUsize::new(0));
+        let cached = Arc::new(CachedReadiness::new(Counting(Arc::clone(&checks)), Duration::from_secs(3600)));
+        let probes = (0..50).map(|_| {
+            let cached = Arc::clone(&cached);
+            tokio::spawn(async move { cached.check().await })
+        });
+        for probe in futures::future::join_all(probes).await {
+            assert_eq!(probe.expect("probe"), Ok(()));
+        }
+        assert_eq!(checks.load(Ordering::SeqCst), 1, "fifty concurrent probes, one check");
+
+        let fresh = CachedReadiness::new(Counting(Arc::clone(&checks)), Duration::ZERO);
+        let _ = fresh.check().await;
+        assert_eq!(fresh.check().await, Err("down".into()), "an expired answer is checked again");
+        assert_eq!(checks.load(Ordering::SeqCst), 3);
+    }
+}

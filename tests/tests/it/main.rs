@@ -14,6 +14,7 @@ mod facts;
 mod idempotency;
 mod keys_cli;
 mod manual;
+mod processes;
 mod production;
 mod references;
 mod reliability;
