@@ -68,7 +68,10 @@ impl Services {
         let keyring = config.require_keys(command)?.keyring()?;
         let registry = herald_channels::registry::HttpChannelRegistry::from_configs(&config.channels)
             .map_err(|error| ConfigError::new(error.key, error.reason))?;
-        let mut store = connect(config, command).await?;
+        // The workers' claims get a pool of their own: `herald serve` gives its API another one
+        // ([`Services::on_store`]), so requests never take the connections deliveries need.
+        let size = if workers { config.database.worker_max_connections } else { config.database.max_connections };
+        let mut store = connect_sized(config, command, size).await?;
         if workers {
             // Finishes get a pool of their own, one connection per worker loop: the write that records
             // what a channel answered never queues behind claims or API requests (SPEC §5).
@@ -81,6 +84,22 @@ impl Services {
         let clock: Arc<dyn Clock> = Arc::new(store.clock());
         let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock);
         Ok((store, services))
+    }
+
+    /// The same services over another PostgreSQL store (a pool of its own): `herald serve` gives its API
+    /// one of `database.api_max_connections`, apart from the workers'.
+    #[must_use]
+    pub fn on_store(&self, store: PgStore) -> Services {
+        let clock: Arc<dyn Clock> = Arc::new(store.clock());
+        let store = Arc::new(store);
+        Services {
+            store: store.clone(),
+            prefs: store,
+            registry: Arc::clone(&self.registry),
+            cipher: Arc::clone(&self.cipher),
+            clock,
+            channels: Arc::clone(&self.channels),
+        }
     }
 
     /// A worker over these services.
@@ -147,9 +166,17 @@ pub fn channel_table(registry: &dyn ChannelRegistry) -> ChannelTable {
 /// # Errors
 /// No `database.url`, or no connection.
 pub async fn connect(config: &Config, command: &str) -> anyhow::Result<PgStore> {
+    connect_sized(config, command, config.database.max_connections).await
+}
+
+/// As [`connect`], with a pool of `max_connections`.
+///
+/// # Errors
+/// No `database.url`, or no connection.
+pub async fn connect_sized(config: &Config, command: &str, max_connections: u32) -> anyhow::Result<PgStore> {
     let url = config.require_database_url(command)?;
     // The store's message names the server without its password, the cause and the usual fix.
-    PgStore::connect(url.expose_secret(), config.database.max_connections).await.map_err(|error| match error {
+    PgStore::connect(url.expose_secret(), max_connections).await.map_err(|error| match error {
         herald_ports::StoreError::Unavailable(cause) | herald_ports::StoreError::Unknown(cause) => {
             cause.context("database.url")
         }

@@ -83,13 +83,21 @@ type Result<T, E = ConfigError> = std::result::Result<T, E>;
 pub struct DatabaseConfig {
     /// `None`: `herald demo` starts a private server; other commands refuse.
     pub url: Option<SecretString>,
+    /// The pool of the commands that need one (`migrate`, `review`, `keys rotate`), and the default of
+    /// the two below.
     pub max_connections: u32,
+    /// The HTTP API's own pool (`herald serve`): requests never take the workers' connections.
+    pub api_max_connections: u32,
+    /// The workers' pool for claims (`herald serve`, `herald worker`); finishes have one more of their own.
+    pub worker_max_connections: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub body_limit_bytes: usize,
+    /// The bounds every client is held to (timeouts, concurrency, rate per token).
+    pub limits: crate::api::limits::Limits,
 }
 
 #[derive(Debug)]
@@ -123,6 +131,8 @@ pub struct WorkerSettings {
     pub lease_ms: u64,
     pub batch: u32,
     pub poll_ms: u64,
+    /// Where the process also serves `/metrics` (and `/healthz`); `herald worker` has no other listener.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -220,6 +230,8 @@ struct RawDatabase {
     url: Option<String>,
     url_file: Option<PathBuf>,
     max_connections: Option<u32>,
+    api_max_connections: Option<u32>,
+    worker_max_connections: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -227,6 +239,12 @@ struct RawDatabase {
 struct RawServer {
     listen: Option<String>,
     body_limit_bytes: Option<usize>,
+    header_read_timeout_ms: Option<u64>,
+    request_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
+    max_in_flight: Option<usize>,
+    rate_per_second: Option<u32>,
+    rate_burst: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -247,6 +265,7 @@ struct RawWorker {
     lease_ms: Option<u64>,
     batch: Option<u32>,
     poll_ms: Option<u64>,
+    metrics_listen: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -408,7 +427,24 @@ impl RawConfig {
             1,
             1000,
         )?;
-        let database = DatabaseConfig { url: url.map(SecretString::from), max_connections };
+        let api_max_connections = in_range(
+            "database.api_max_connections",
+            self.database.api_max_connections.unwrap_or(max_connections),
+            1,
+            1000,
+        )?;
+        let worker_max_connections = in_range(
+            "database.worker_max_connections",
+            self.database.worker_max_connections.unwrap_or(max_connections),
+            1,
+            1000,
+        )?;
+        let database = DatabaseConfig {
+            url: url.map(SecretString::from),
+            max_connections,
+            api_max_connections,
+            worker_max_connections,
+        };
 
         let listen = self.server.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listen = listen
@@ -420,7 +456,41 @@ impl RawConfig {
             1024,
             16 * 1024 * 1024,
         )?;
-        let server = ServerConfig { listen, body_limit_bytes };
+        let defaults = crate::api::limits::Limits::default();
+        let ms = |key: &str, value: Option<u64>, default: std::time::Duration, max: u64| {
+            let default = u64::try_from(default.as_millis()).unwrap_or(u64::MAX);
+            in_range(key, value.unwrap_or(default), 100, max).map(std::time::Duration::from_millis)
+        };
+        let s = &self.server;
+        let limits = crate::api::limits::Limits {
+            header_read_timeout: ms(
+                "server.header_read_timeout_ms",
+                s.header_read_timeout_ms,
+                defaults.header_read_timeout,
+                600_000,
+            )?,
+            request_timeout: ms(
+                "server.request_timeout_ms",
+                s.request_timeout_ms,
+                defaults.request_timeout,
+                3_600_000,
+            )?,
+            body_timeout: ms("server.body_timeout_ms", s.body_timeout_ms, defaults.body_timeout, 3_600_000)?,
+            max_in_flight: in_range(
+                "server.max_in_flight",
+                s.max_in_flight.unwrap_or(defaults.max_in_flight),
+                1,
+                1_000_000,
+            )?,
+            rate_per_second: in_range(
+                "server.rate_per_second",
+                s.rate_per_second.unwrap_or(defaults.rate_per_second),
+                1,
+                1_000_000,
+            )?,
+            rate_burst: in_range("server.rate_burst", s.rate_burst.unwrap_or(defaults.rate_burst), 1, 1_000_000)?,
+        };
+        let server = ServerConfig { listen, body_limit_bytes, limits };
 
         let auth = self.auth.map(|auth| auth.resolve(base)).transpose()?;
         let keys = self.keys.map(|keys| resolve_keys(keys, base)).transpose()?;
@@ -431,6 +501,18 @@ impl RawConfig {
             lease_ms: in_range("worker.lease_ms", w.lease_ms.unwrap_or(DEFAULT_LEASE_MS), 100, 86_400_000)?,
             batch: in_range("worker.batch", w.batch.unwrap_or(DEFAULT_BATCH), 1, 1000)?,
             poll_ms: in_range("worker.poll_ms", w.poll_ms.unwrap_or(DEFAULT_POLL_MS), 1, 3_600_000)?,
+            metrics_listen: w
+                .metrics_listen
+                .as_deref()
+                .map(|text| {
+                    text.parse::<SocketAddr>().map_err(|_| {
+                        ConfigError::new(
+                            "worker.metrics_listen",
+                            "must be an IP address and port, such as 127.0.0.1:9464",
+                        )
+                    })
+                })
+                .transpose()?,
         };
 
         let mut channels = Vec::with_capacity(self.channel.len());

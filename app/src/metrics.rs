@@ -174,10 +174,26 @@ impl TaskGauges {
     }
 }
 
-/// Refreshes the task gauges and runs the exporter's upkeep every `every` until `shutdown` turns true.
-/// A failed refresh is logged and retried at the next tick; it never stops the process.
+/// `/metrics` (and `/healthz`) alone, for a process without the API: `herald worker` serves it on
+/// `worker.metrics_listen`, so its counters are scraped too.
+pub fn router(handle: PrometheusHandle) -> axum::Router {
+    use axum::http::header::CONTENT_TYPE;
+    axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let text = handle.render();
+                async move { ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text) }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+}
+
+/// Refreshes the task gauges (when `store` is given) and runs the exporter's upkeep every `every` until
+/// `shutdown` turns true. A failed refresh is logged and retried at the next tick; it never stops the
+/// process.
 pub async fn refresh_every(
-    store: Arc<dyn NotificationStore>,
+    store: Option<Arc<dyn NotificationStore>>,
     handle: PrometheusHandle,
     every: Duration,
     mut shutdown: watch::Receiver<bool>,
@@ -190,8 +206,10 @@ pub async fn refresh_every(
             _ = tick.tick() => {}
             _ = shutdown.changed() => break,
         }
-        if let Err(error) = gauges.refresh(&*store).await {
-            tracing::warn!(error = %error, "cannot refresh the task gauges; keeping the last values");
+        if let Some(store) = &store {
+            if let Err(error) = gauges.refresh(&**store).await {
+                tracing::warn!(error = %error, "cannot refresh the task gauges; keeping the last values");
+            }
         }
         handle.run_upkeep();
     }

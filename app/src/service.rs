@@ -89,6 +89,20 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
     } else {
         None
     };
+    let metrics_listener = match config.worker.metrics_listen {
+        Some(listen) => Some(
+            tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("cannot listen on {listen} (worker.metrics_listen)"))?,
+        ),
+        None => None,
+    };
+    // The API's own pool: requests, however many, never take the connections the workers claim with.
+    let api_store = if with_api {
+        Some(crate::compose::connect_sized(&config, command, config.database.api_max_connections).await?)
+    } else {
+        None
+    };
 
     // One shutdown switch for everything: the first SIGINT/SIGTERM stops claiming at once (workers
     // finish the cycle in flight, the API drains); a second one exits without waiting.
@@ -108,13 +122,28 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
         }
     });
     let (wake, listener_task) = crate::wakeups::start(store.clone(), stop_rx.clone()).await;
-    // Only a process that serves `/metrics` needs the gauges; `herald worker` has no scrape endpoint.
-    let gauges = with_api.then(|| {
+    // The task gauges come from the database, the same in every process: `herald serve` sets them;
+    // a `herald worker` that serves `/metrics` exports its own counters and keeps the exporter tidy.
+    let gauges = (with_api || metrics_listener.is_some()).then(|| {
         tokio::spawn(crate::metrics::refresh_every(
-            Arc::clone(&services.store),
+            with_api.then(|| Arc::clone(&services.store)),
             metrics.clone(),
             GAUGE_REFRESH,
             stop_rx.clone(),
+        ))
+    });
+    let metrics_server = metrics_listener.map(|listener| {
+        let mut stop = stop_rx.clone();
+        let router = crate::metrics::router(metrics.clone());
+        let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(listen = %address, "metrics listening");
+        tokio::spawn(api::serve(
+            listener,
+            router,
+            async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            },
+            Duration::from_secs(1),
         ))
     });
 
@@ -133,18 +162,26 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
             let _ = stop.wait_for(|stopped| *stopped).await;
         }
     };
-    let result = if let Some(auth) = authenticator {
-        let state = services.api_state(
+    let result = if let (Some(auth), Some(api_store)) = (authenticator, api_store) {
+        let readiness = api::CachedReadiness::new(PgReadiness(api_store.clone()), api::READINESS_TTL);
+        let state = services.on_store(api_store).api_state(
             Arc::new(auth),
-            Arc::new(PgReadiness(store)),
+            Arc::new(readiness),
             Some(metrics),
             config.server.body_limit_bytes,
         );
         let listener = api_listener.context("the API listener is bound when the API runs")?;
         tracing::info!(listen = %config.server.listen, "API listening");
-        api::serve(listener, api::router(state), stopping, Duration::from_secs(10))
-            .await
-            .context("the HTTP server failed")
+        let limits = config.server.limits;
+        api::serve_bounded(
+            listener,
+            api::router_with(state, limits),
+            stopping,
+            Duration::from_secs(10),
+            limits.header_read_timeout,
+        )
+        .await
+        .context("the HTTP server failed")
     } else {
         stopping.await;
         Ok(())
@@ -164,6 +201,9 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
     }
     if let Some(gauges) = gauges {
         let _ = gauges.await;
+    }
+    if let Some(server) = metrics_server {
+        let _ = server.await;
     }
     let _ = listener_task.await;
     signals.abort();

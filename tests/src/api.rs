@@ -129,6 +129,15 @@ impl Api {
     /// # Errors
     /// When no port can be bound.
     pub async fn start_with_limit(world: &World, body_limit: usize) -> anyhow::Result<Api> {
+        Self::start_bounded(world, body_limit, api::limits::Limits::default()).await
+    }
+
+    /// As [`Api::start`], with these bounds on every client (timeouts, load shedding, rate per token), as
+    /// `herald serve` applies them from `[server]`.
+    ///
+    /// # Errors
+    /// When no port can be bound.
+    pub async fn start_bounded(world: &World, body_limit: usize, limits: api::limits::Limits) -> anyhow::Result<Api> {
         let auth = Arc::new(Authenticator::new(
             &[SecretString::from(SERVICE_TOKEN)],
             &[SecretString::from(ADMIN_TOKEN)],
@@ -143,12 +152,14 @@ impl Api {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();
-        let router = api::router(state);
+        let router = api::router_with(state, limits);
         tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopped.await;
             };
-            if let Err(error) = api::serve(listener, router, shutdown, Duration::from_secs(1)).await {
+            let serving =
+                api::serve_bounded(listener, router, shutdown, Duration::from_secs(1), limits.header_read_timeout);
+            if let Err(error) = serving.await {
                 eprintln!("test API stopped: {error}");
             }
         });

@@ -122,7 +122,7 @@ impl Authenticator {
     }
 }
 
-fn bearer(headers: &HeaderMap) -> Result<&str, Problem> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Result<&str, Problem> {
     let value =
         headers.get(header::AUTHORIZATION).ok_or_else(|| Problem::unauthorized("a bearer token is required"))?;
     let value = value.to_str().map_err(|_| Problem::unauthorized("the Authorization header is not a bearer token"))?;

@@ -12,6 +12,9 @@ use serde::de::DeserializeOwned;
 use super::problem::{FieldError, Problem};
 use super::ApiState;
 
+/// How long a body may take without the limits layer (`super::limits::BodyTimeout` says otherwise).
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A JSON request body, decoded with the path of the first field that does not fit.
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
@@ -89,7 +92,16 @@ impl<T: DeserializeOwned> FromRequest<ApiState> for ApiJson<T> {
                 "the request body must be JSON (Content-Type: application/json)",
             ));
         }
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+        let timeout = request.extensions().get::<super::limits::BodyTimeout>().map_or(BODY_TIMEOUT, |t| t.0);
+        let Ok(read) = tokio::time::timeout(timeout, Bytes::from_request(request, state)).await else {
+            return Err(Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                "Request body too slow",
+                format!("the request body did not arrive within {} ms", timeout.as_millis()),
+            ));
+        };
+        let bytes = read.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 Problem::payload_too_large(state.body_limit)
             } else {

@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod extract;
+pub mod limits;
 pub mod model;
 pub mod problem;
 pub mod routes;
@@ -49,6 +50,38 @@ impl Readiness for ClockReadiness {
         self.0.now().await.map(|_| ()).map_err(|error| error.to_string())
     }
 }
+
+/// A readiness whose answer is kept for `ttl`: a flood of probes asks the database once per `ttl`, and
+/// probes that arrive while a check runs wait for that check instead of starting their own.
+pub struct CachedReadiness<R> {
+    inner: R,
+    ttl: Duration,
+    last: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
+}
+
+impl<R: Readiness> CachedReadiness<R> {
+    pub fn new(inner: R, ttl: Duration) -> Self {
+        CachedReadiness { inner, ttl, last: tokio::sync::Mutex::new(None) }
+    }
+}
+
+#[async_trait]
+impl<R: Readiness> Readiness for CachedReadiness<R> {
+    async fn check(&self) -> Result<(), String> {
+        let mut last = self.last.lock().await;
+        if let Some((at, answer)) = last.as_ref() {
+            if at.elapsed() < self.ttl {
+                return answer.clone();
+            }
+        }
+        let answer = self.inner.check().await;
+        *last = Some((std::time::Instant::now(), answer.clone()));
+        answer
+    }
+}
+
+/// How long `herald serve` keeps a `/readyz` answer.
+pub const READINESS_TTL: Duration = Duration::from_secs(1);
 
 /// Everything the handlers use. Cheap to clone: every field is shared.
 #[derive(Clone)]
@@ -99,16 +132,23 @@ fn panic_problem(_: Box<dyn std::any::Any + Send + 'static>) -> axum::response::
     axum::response::IntoResponse::into_response(Problem::internal())
 }
 
-/// The API router with request ids, tracing, the body limit and problem documents for every failure.
+/// The API router with request ids, tracing, the body limit and problem documents for every failure,
+/// under the default [`limits::Limits`].
 pub fn router(state: ApiState) -> Router {
+    router_with(state, limits::Limits::default())
+}
+
+/// As [`router`], with these bounds on every client (request timeout, load shedding, rate per token).
+pub fn router_with(state: ApiState, limits: limits::Limits) -> Router {
     let body_limit = state.body_limit;
+    let auth = Arc::clone(&state.auth);
     let trace = TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
         let request_id =
             request.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok()).unwrap_or("-");
         // The path only: no query string, no headers, so no token can reach the logs.
         tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id)
     });
-    Router::new()
+    let router = Router::new()
         .route("/v1/notifications", post(routes::submit_notification))
         .route("/v1/notifications/{id}", get(routes::get_notification))
         .route("/v1/events", post(routes::submit_event))
@@ -130,12 +170,17 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(panic_problem))
+        .layer(axum::middleware::from_fn(limits::no_store));
+    limits::apply(router, limits, auth)
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(trace)
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        // Outermost: a client's id that is too long or unprintable is dropped before it is taken.
+        .layer(axum::middleware::from_fn(limits::sane_request_id))
 }
 
-/// Serves the router until `shutdown` resolves, then lets requests in flight finish (at most `grace`).
+/// Serves the router until `shutdown` resolves, then lets requests in flight finish (at most `grace`),
+/// with the default header-read timeout.
 ///
 /// # Errors
 /// When the listener fails.
@@ -145,21 +190,68 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        shutdown.await;
-        let _ = stopped_tx.send(());
-    });
-    tokio::select! {
-        result = server => result,
-        () = async {
-            let _ = stopped_rx.await;
-            tokio::time::sleep(grace).await;
-        } => {
-            tracing::warn!("requests still running after the shutdown grace period; stopping anyway");
-            Ok(())
+    serve_bounded(listener, router, shutdown, grace, limits::Limits::default().header_read_timeout).await
+}
+
+/// As [`serve`]; a connection that has not sent a whole request head within `header_read_timeout` is
+/// closed (also between requests of a kept-alive connection), so slow clients hold no connection for
+/// long. HTTP/1.1, one hyper connection task per client.
+///
+/// # Errors
+/// Never for a failed `accept` (logged, and the loop goes on); the result is kept for callers.
+pub async fn serve_bounded(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    grace: Duration,
+    header_read_timeout: Duration,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let (close_tx, close_rx) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _peer)) => stream,
+                    Err(error) => {
+                        // Out of file descriptors and the like: pause rather than spin.
+                        tracing::warn!(%error, "cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let service = TowerToHyperService::new(router.clone());
+                let mut close = close_rx.clone();
+                connections.spawn(async move {
+                    let mut builder = hyper::server::conn::http1::Builder::new();
+                    builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+                    let mut connection = std::pin::pin!(builder.serve_connection(TokioIo::new(stream), service));
+                    tokio::select! {
+                        _ = connection.as_mut() => {}
+                        () = async { let _ = close.wait_for(|closing| *closing).await; } => {
+                            connection.as_mut().graceful_shutdown();
+                            let _ = connection.await;
+                        }
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
+    drop(listener);
+    close_tx.send_replace(true);
+    let drained = tokio::time::timeout(grace, async { while connections.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!("requests still running after the shutdown grace period; stopping anyway");
+        connections.abort_all();
+    }
+    Ok(())
 }
 
 struct SecurityAddon;
@@ -210,4 +302,46 @@ pub struct ApiDoc;
 #[must_use]
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
+}
+
+#[cfg(test)]
+mod readiness_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Counts its checks; answers "not ready" from the third on.
+    struct Counting(Arc<AtomicUsize>);
+
+    #[async_trait]
+    impl Readiness for Counting {
+        async fn check(&self) -> Result<(), String> {
+            let n = self.0.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            if n >= 2 {
+                Err("down".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_probes_checks_once_per_ttl() {
+        let checks = Arc::new(AtomicUsize::new(0));
+        let cached = Arc::new(CachedReadiness::new(Counting(Arc::clone(&checks)), Duration::from_secs(3600)));
+        let probes = (0..50).map(|_| {
+            let cached = Arc::clone(&cached);
+            tokio::spawn(async move { cached.check().await })
+        });
+        for probe in futures::future::join_all(probes).await {
+            assert_eq!(probe.expect("probe"), Ok(()));
+        }
+        assert_eq!(checks.load(Ordering::SeqCst), 1, "fifty concurrent probes, one check");
+
+        let fresh = CachedReadiness::new(Counting(Arc::clone(&checks)), Duration::ZERO);
+        let _ = fresh.check().await;
+        assert_eq!(fresh.check().await, Err("down".into()), "an expired answer is checked again");
+        assert_eq!(checks.load(Ordering::SeqCst), 3);
+    }
 }

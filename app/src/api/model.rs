@@ -421,6 +421,8 @@ pub struct ReviewTaskBody {
 pub struct ReviewBody {
     /// Parked tasks, oldest first.
     pub tasks: Vec<ReviewTaskBody>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// A channel destination as sent by the client; held as a secret from the moment it is decoded.
@@ -503,6 +505,8 @@ pub struct InboxItemBody {
 pub struct InboxBody {
     /// Newest first.
     pub items: Vec<InboxItemBody>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// `POST /v1/tasks/{task_id}/resolve`.
@@ -570,6 +574,61 @@ impl LimitQuery {
             Some(_) => Err(Problem::validation(vec![FieldError::new("limit", "must be between 1 and 1000")])),
         }
     }
+}
+
+/// `?limit=&cursor=` of a paged list.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// How many entries at most (default 50 for an inbox, 100 for the review list; at most 1000).
+    pub limit: Option<u32>,
+    /// Where the page starts: the `next_cursor` of the previous page, as it was given (opaque).
+    pub cursor: Option<String>,
+}
+
+impl PageQuery {
+    pub fn limit(&self, default: u32) -> Result<u32, Problem> {
+        LimitQuery { limit: self.limit }.limit(default)
+    }
+
+    /// The position a cursor of list `kind` holds: `(time in ms, id)`, or `None` for the first page.
+    ///
+    /// # Errors
+    /// A 400 problem naming `cursor` when it is not one this list gave.
+    pub fn position(&self, kind: &str) -> Result<Option<(i64, i64)>, Problem> {
+        let Some(text) = &self.cursor else { return Ok(None) };
+        cursor_position(kind, text).map(Some).ok_or_else(|| Problem {
+            errors: vec![FieldError::new("cursor", "is not a cursor of this list; pass next_cursor as it was given")],
+            ..Problem::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "bad-cursor",
+                "Invalid cursor",
+                "cursor: is not a cursor of this list",
+            )
+        })
+    }
+}
+
+/// An opaque page cursor of list `kind`: `(time in ms, id)` of the last entry shown, in base64url. Opaque
+/// so that clients pass it back as given and the store may change what it holds.
+#[must_use]
+pub fn cursor(kind: &str, at_ms: i64, id: i64) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{kind}:{at_ms}:{id}"))
+}
+
+fn cursor_position(kind: &str, text: &str) -> Option<(i64, i64)> {
+    use base64::Engine as _;
+    if text.len() > 128 {
+        return None;
+    }
+    let decoded = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).ok()?).ok()?;
+    let mut parts = decoded.split(':');
+    let (k, at, id) = (parts.next()?, parts.next()?, parts.next()?);
+    if k != kind || parts.next().is_some() {
+        return None;
+    }
+    Some((at.parse().ok()?, id.parse().ok()?))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -10,9 +10,10 @@ use herald_ports::{InboxChannel, MarkRead, NotificationView};
 use super::auth::{Administrator, Caller, Submitter, UserAccess};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::model::{
-    rfc3339, CreatedBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody, InboxItemBody, LimitQuery,
-    NotificationBody, PreferenceBody, PutPreference, ReadBody, RecipientCreated, ResolveRequest, ResolvedBody,
-    ReviewBody, ReviewTaskBody, SubmitEvent, SubmitNotification, TaskBody, MAX_DESTINATION_CHARS, MAX_USER_ID_CHARS,
+    rfc3339, CreatedBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody, InboxItemBody,
+    NotificationBody, PageQuery, PreferenceBody, PutPreference, ReadBody, RecipientCreated, ResolveRequest,
+    ResolvedBody, ReviewBody, ReviewTaskBody, SubmitEvent, SubmitNotification, TaskBody, MAX_DESTINATION_CHARS,
+    MAX_USER_ID_CHARS,
 };
 use super::problem::{FieldError, Problem};
 use super::ApiState;
@@ -306,13 +307,14 @@ pub fn status_words(channel: &InboxChannel) -> String {
     }
 }
 
-/// A user's inbox, newest first, with each channel's state in words.
+/// A user's inbox, newest first, with each channel's state in words, a page at a time (`next_cursor`).
 #[utoipa::path(
     get, path = "/v1/users/{user_id}/inbox", tag = "read",
-    params(("user_id" = String, Path), LimitQuery),
+    params(("user_id" = String, Path), PageQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, body = InboxBody),
+        (status = 400, description = "A cursor this list did not give", body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )
@@ -321,13 +323,24 @@ pub async fn get_inbox(
     State(state): State<ApiState>,
     _: UserAccess,
     ApiPath(user_id): ApiPath<String>,
-    ApiQuery(query): ApiQuery<LimitQuery>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Json<InboxBody>> {
     let mut errors = Errors::default();
     check_path_user(&mut errors, &user_id);
     errors.finish(|| Some(()))?;
     let limit = query.limit(50)?;
-    let items = state.store.inbox(&UserId::new(user_id), limit).await?;
+    let after = query.position("inbox")?.map(|(at, id)| herald_ports::InboxCursor {
+        created_at: herald_domain::Timestamp(at),
+        notification_id: NotificationId(id),
+    });
+    let mut items =
+        crate::usecases::inbox_page(&state.services(), &UserId::new(user_id), after, limit.saturating_add(1)).await?;
+    let next_cursor = if items.len() > limit as usize {
+        items.truncate(limit as usize);
+        items.last().map(|last| super::model::cursor("inbox", last.created_at.0, last.notification_id.0))
+    } else {
+        None
+    };
     let mut out = Vec::with_capacity(items.len());
     for item in &items {
         let channels = item
@@ -348,16 +361,17 @@ pub async fn get_inbox(
             channels,
         });
     }
-    Ok(Json(InboxBody { items: out }))
+    Ok(Json(InboxBody { items: out, next_cursor }))
 }
 
-/// Parked tasks (outcome unknown, waiting for a human), oldest first.
+/// Parked tasks (outcome unknown, waiting for a human), oldest first, a page at a time (`next_cursor`).
 #[utoipa::path(
     get, path = "/v1/review", tag = "review",
-    params(LimitQuery),
+    params(PageQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, body = ReviewBody),
+        (status = 400, description = "A cursor this list did not give", body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )
@@ -365,19 +379,27 @@ pub async fn get_inbox(
 pub async fn list_review(
     State(state): State<ApiState>,
     _: Administrator,
-    ApiQuery(query): ApiQuery<LimitQuery>,
+    ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Json<ReviewBody>> {
     let limit = query.limit(100)?;
-    let tasks = crate::usecases::review_list(&state.services(), limit).await?;
-    let tasks = tasks
+    let after = query.position("review")?.map(|(at, id)| (herald_domain::Timestamp(at), TaskId(id)));
+    let mut page = crate::usecases::review_page(&state.services(), None, None, after, limit.saturating_add(1)).await?;
+    let next_cursor = if page.len() > limit as usize {
+        page.truncate(limit as usize);
+        page.last().map(|last| super::model::cursor("review", last.parked_at.0, last.task.task_id.0))
+    } else {
+        None
+    };
+    let tasks = page
         .iter()
+        .map(|parked| &parked.task)
         .map(|t| ReviewTaskBody {
             notification_id: t.notification_id.0,
             user_id: t.user_id.to_string(),
             task: t.into(),
         })
         .collect();
-    Ok(Json(ReviewBody { tasks }))
+    Ok(Json(ReviewBody { tasks, next_cursor }))
 }
 
 /// Settle a parked task once, after a person checked: `SENT`, `FAILED`, or `RESEND` (back to `PENDING`

@@ -499,8 +499,9 @@ async fn store_failures_are_opaque_500s() {
 #[tokio::test]
 async fn inbox_words_and_in_app_only() {
     let mut mocks = Mocks::default();
-    mocks.store.expect_inbox().times(1).returning(|_, limit| {
-        assert_eq!(limit, 50);
+    // The default page is 50 items; the page is read one past it, to know whether a next one exists.
+    mocks.store.expect_inbox_page().times(1).returning(|_, cursor, limit| {
+        assert_eq!((cursor, limit), (None, 51));
         Ok(vec![
             herald_ports::InboxItem {
                 notification_id: NotificationId(2),

@@ -110,11 +110,21 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
     Some(match (section, key) {
         ("database", "url" | "url_file")
         | ("server", "listen")
+        | ("worker", "metrics_listen")
         | ("auth", "service_tokens_file" | "admin_tokens_file" | "user_token_secret" | "user_token_secret_file")
         | ("log", "format" | "level")
         | ("keys", _) => Type::Str,
-        ("database", "max_connections")
-        | ("server", "body_limit_bytes")
+        ("database", "max_connections" | "api_max_connections" | "worker_max_connections")
+        | (
+            "server",
+            "body_limit_bytes"
+            | "header_read_timeout_ms"
+            | "request_timeout_ms"
+            | "body_timeout_ms"
+            | "max_in_flight"
+            | "rate_per_second"
+            | "rate_burst",
+        )
         | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms") => Type::Int,
         ("auth", "service_tokens" | "admin_tokens") => Type::List,
         _ => return None,

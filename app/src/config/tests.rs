@@ -58,7 +58,10 @@ fn a_full_file_loads_with_its_values_and_defaults() {
     assert_eq!(config.server.listen, "127.0.0.1:9090".parse().unwrap());
     assert_eq!(config.server.body_limit_bytes, 64 * 1024);
     assert_eq!(config.database.max_connections, DEFAULT_MAX_CONNECTIONS);
-    assert_eq!(config.worker, WorkerSettings { concurrency: 4, lease_ms: 5000, batch: 8, poll_ms: 1000 });
+    assert_eq!(
+        config.worker,
+        WorkerSettings { concurrency: 4, lease_ms: 5000, batch: 8, poll_ms: 1000, metrics_listen: None }
+    );
     assert_eq!(config.channels[0].name, "push");
     assert_eq!(config.log, LogConfig { format: LogFormat::Json, level: "info".into() });
     let auth = config.auth.as_ref().unwrap();
@@ -412,4 +415,41 @@ fn a_relative_file_named_by_a_variable_is_taken_from_the_configuration_folder() 
     let env = [("HERALD__DATABASE__URL_FILE".to_owned(), "url".to_owned())];
     let config = Config::load(Some(&path), env).expect("valid");
     assert_eq!(config.database.url.unwrap().expose_secret(), "postgres://from-file/db");
+}
+
+#[test]
+fn client_bounds_pools_and_the_metrics_listener_load_with_defaults_and_name_their_key() {
+    let config = load(&full(), &[]).expect("valid");
+    assert_eq!(config.server.limits, crate::api::limits::Limits::default());
+    assert_eq!(
+        (config.database.api_max_connections, config.database.worker_max_connections),
+        (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS),
+        "both pools default to max_connections"
+    );
+    assert_eq!(config.worker.metrics_listen, None);
+    let text = full().replace(
+        "[server]\n",
+        "[server]\nheader_read_timeout_ms = 2000\nrate_per_second = 5\nrate_burst = 7\nmax_in_flight = 9\n",
+    );
+    let env = [
+        ("HERALD__DATABASE__API_MAX_CONNECTIONS", "3"),
+        ("HERALD__DATABASE__WORKER_MAX_CONNECTIONS", "6"),
+        ("HERALD__SERVER__REQUEST_TIMEOUT_MS", "4000"),
+        ("HERALD__SERVER__BODY_TIMEOUT_MS", "1500"),
+        ("HERALD__WORKER__METRICS_LISTEN", "127.0.0.1:9464"),
+    ];
+    let config = load(&text, &env).expect("valid");
+    let limits = config.server.limits;
+    assert_eq!(limits.header_read_timeout, std::time::Duration::from_secs(2));
+    assert_eq!(limits.request_timeout, std::time::Duration::from_secs(4));
+    assert_eq!(limits.body_timeout, std::time::Duration::from_millis(1500));
+    assert_eq!((limits.rate_per_second, limits.rate_burst, limits.max_in_flight), (5, 7, 9));
+    assert_eq!((config.database.api_max_connections, config.database.worker_max_connections), (3, 6));
+    assert_eq!(config.worker.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+
+    refused(&full(), &[("HERALD__SERVER__HEADER_READ_TIMEOUT_MS", "5")], "server.header_read_timeout_ms", "between");
+    refused(&full(), &[("HERALD__SERVER__RATE_PER_SECOND", "0")], "server.rate_per_second", "between");
+    refused(&full(), &[("HERALD__SERVER__MAX_IN_FLIGHT", "0")], "server.max_in_flight", "between");
+    refused(&full(), &[("HERALD__DATABASE__API_MAX_CONNECTIONS", "0")], "database.api_max_connections", "between");
+    refused(&full(), &[("HERALD__WORKER__METRICS_LISTEN", "everywhere")], "worker.metrics_listen", "IP address");
 }

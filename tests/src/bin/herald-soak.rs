@@ -276,7 +276,8 @@ fn config_text(db_url: &str, listen: u16, secrets: &Secrets, standins: &StandIns
         )
     };
     let mut text = format!(
-        "[database]\nurl = \"{db_url}\"\nmax_connections = 12\n\n[server]\nlisten = \"127.0.0.1:{listen}\"\n\n\
+        "[database]\nurl = \"{db_url}\"\nmax_connections = 12\napi_max_connections = 4\n\n[server]\nlisten = \"127.0.0.1:{listen}\"\n\
+         rate_per_second = 1000000\nrate_burst = 1000000\n\n\
          [auth]\nservice_tokens = [\"{}\"]\nadmin_tokens = [\"{}\"]\nuser_token_secret = \"soak-user-token-secret-{}\"\n\n\
          [keys]\ncurrent = \"{KEY_ID}\"\n{KEY_ID} = \"{KEY}\"\n\n\
          [worker]\nconcurrency = {concurrency}\nlease_ms = {LEASE_MS}\nbatch = 4\npoll_ms = 200\n\n\

@@ -2,6 +2,7 @@
 //! Every test talks to a real PostgreSQL (a fresh database each) and real HTTP servers on loopback.
 
 mod api;
+mod bounds;
 mod cleanup;
 mod cli_errors;
 mod demo;
@@ -13,6 +14,7 @@ mod facts;
 mod idempotency;
 mod keys_cli;
 mod manual;
+mod processes;
 mod production;
 mod references;
 mod reliability;
