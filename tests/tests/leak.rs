@@ -416,7 +416,7 @@ async fn planted_email_and_webpush_destinations_appear_in_no_log_error_response_
     use herald_channels::config::{ChannelConfig, ConfigSecret, SmtpTls};
     use herald_channels::kinds::webpush::VapidKey;
     use herald_domain::ChannelKind;
-    use herald_tests::peers::push::{PushPeer, Step};
+    use herald_standin::{Script, WebPushService};
     use herald_tests::peers::smtp::SmtpPeer;
 
     if !herald_tests::peers::python_has("aiosmtpd") {
@@ -426,8 +426,8 @@ async fn planted_email_and_webpush_destinations_appear_in_no_log_error_response_
     }
     let logs = capture();
     let smtp = SmtpPeer::start("accept,rcpt:550,delay:3").await?;
-    let push = PushPeer::start().await?;
-    push.script([Step::Accept, Step::Status(410, None), Step::Hang]);
+    let push = WebPushService::start().await?;
+    push.script([Script::Ok, Script::status(410), Script::HangAfterAccept]);
     let mut mail = ChannelConfig::new("mail", ChannelKind::Email, "");
     mail.host = Some("127.0.0.1".into());
     mail.port = Some(smtp.port());

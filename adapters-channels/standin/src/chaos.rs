@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use super::script::Script;
 
 /// Weights of the behaviours a chaos-mode stand-in draws from (relative; a weight of 0 never
-/// happens). Sends draw from the first seven, sms queries from the last two.
+/// happens). Sends draw from the first eight, sms queries from the last two.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chaos {
     /// Seed of the stand-in's RNG: the same seed and the same request order give the same draws.
@@ -30,6 +30,9 @@ pub struct Chaos {
     pub unavailable: u32,
     /// Refuse with 429 (and `Retry-After: 1`) before accepting.
     pub too_many: u32,
+    /// Refuse with 410 Gone before accepting: a Web Push subscription that expired (SMTP: a `550` to
+    /// `RCPT`). Meant for the Web Push and SMTP stand-ins; [`Chaos::mixed`] leaves it at 0.
+    pub gone: u32,
     /// Close the connection before accepting.
     pub drop_before: u32,
     /// Accept, then close the connection without an answer.
@@ -53,6 +56,7 @@ impl Chaos {
             hang_for,
             unavailable: 8,
             too_many: 6,
+            gone: 0,
             drop_before: 6,
             drop_after: 6,
             garbage: 6,
@@ -72,7 +76,8 @@ pub(crate) struct ChaosState {
 }
 
 /// Names of the drawn behaviours, for [`StandIn::chaos_draws`](super::StandIn::chaos_draws).
-pub const DRAW_NAMES: [&str; 8] = ["accept", "hang", "503", "429", "drop_before", "drop_after", "garbage", "query_503"];
+pub const DRAW_NAMES: [&str; 9] =
+    ["accept", "hang", "503", "429", "drop_before", "drop_after", "garbage", "410", "query_503"];
 
 impl ChaosState {
     pub(crate) fn new(chaos: Chaos) -> Self {
@@ -91,6 +96,7 @@ impl ChaosState {
             (c.drop_before, Script::DropBeforeAccept),
             (c.drop_after, Script::DropAfterAccept),
             (c.garbage, Script::Garbage),
+            (c.gone, Script::status(410)),
         ];
         let total: u32 = steps.iter().map(|(w, _)| *w).sum();
         if total == 0 {

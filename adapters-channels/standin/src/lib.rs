@@ -13,6 +13,11 @@
 //! | [`Kind::Sms`] | `POST /messages` JSON | every acceptance is a new send | `GET /messages?ref=` -> `{"found", "id"}` |
 //! | [`Kind::Miaotixing`] | `POST /trigger` form `id=&text=` | every acceptance is a new send | none |
 //!
+//! Two more stand-ins speak the protocols of the e-mail and Web Push kinds, with the same rule and the
+//! same [`Chaos`] weights: [`SmtpStandIn`] (an in-process SMTP server, scripted per mail transaction by
+//! [`SmtpScript`] at a [`SmtpStage`]) and [`WebPushService`] (a push service that verifies VAPID and
+//! decrypts the payload before anything counts, scripted by [`Script`] per `Topic`).
+//!
 //! ```no_run
 //! # async fn demo() {
 //! use herald_standin::{Kind, Script, StandIn};
@@ -36,7 +41,9 @@ mod push;
 mod script;
 mod server;
 mod sms;
+pub mod smtp;
 mod state;
+pub mod webpush;
 
 use std::future::pending;
 use std::io;
@@ -55,7 +62,9 @@ use tokio::task::JoinHandle;
 pub use chaos::{Chaos, DRAW_NAMES};
 pub use miaotixing::{MIAO_BAD_PARAMS, MIAO_NOT_FOUND, MIAO_OK, MIAO_SERVICE_FAILED};
 pub use script::{Script, GARBAGE_BODY};
+pub use smtp::{SmtpMessage, SmtpScript, SmtpStage, SmtpStandIn};
 pub use state::Received;
+pub use webpush::{PushRequest, WebPushService};
 
 use script::{AfterAccept, Refusal, SendStep};
 use server::ConnectionAbort;

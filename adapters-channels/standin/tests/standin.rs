@@ -617,6 +617,7 @@ fn quiet_chaos(seed: u64) -> Chaos {
         hang_for: Duration::from_millis(400),
         unavailable: 0,
         too_many: 0,
+        gone: 0,
         drop_before: 0,
         drop_after: 0,
         garbage: 0,

@@ -3,11 +3,11 @@
 //! * [`smtp::SmtpPeer`]: aiosmtpd — an SMTP server nobody here wrote — run by `smtp_peer.py` beside this
 //!   file with scripted handlers (accept, refuse at MAIL/RCPT/after DATA, delay the reply to the final
 //!   `.`, drop the connection), writing every message it really received to a directory.
-//! * [`push::PushPeer`]: a push service stand-in that checks every request as a push service would —
-//!   the VAPID token's ES256 signature, audience and expiry (RFC 8292), the `TTL`, `Topic` and `Urgency`
-//!   headers (RFC 8030) — and decrypts the `aes128gcm` payload with the subscription's private key
-//!   (RFC 8291), so the encryption is proven end to end. As cross-checks by implementations nobody here
-//!   wrote, [`push::decrypt_with_http_ece`] hands a body to Python's `http_ece` (`ece_decrypt.py`) and
+//! * The push service stand-in is `herald_standin::WebPushService` (it checks every request as a push
+//!   service would — the VAPID token's ES256 signature, audience and expiry (RFC 8292), the `TTL`,
+//!   `Topic` and `Urgency` headers (RFC 8030) — and decrypts the `aes128gcm` payload with the
+//!   subscription's private key (RFC 8291)). As cross-checks by implementations nobody here wrote,
+//!   [`push::decrypt_with_http_ece`] hands a body to Python's `http_ece` (`ece_decrypt.py`) and
 //!   [`push::verify_vapid_with_python`] a VAPID header to Python's `cryptography` (`vapid_verify.py`).
 
 pub mod push;

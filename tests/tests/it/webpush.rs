@@ -1,5 +1,5 @@
 //! `kind = "webpush"` against a push service stand-in that verifies the VAPID signature and decrypts the
-//! payload with the subscription's private key (`tests/src/peers/push.rs`), plus one cross-check with an
+//! payload with the subscription's private key (`herald_standin::WebPushService`), plus one cross-check with an
 //! independent implementation: Python's `http_ece` (PyPI) decrypts a body Herald encrypted.
 
 use herald_channels::config::{ChannelConfig, ConfigSecret, Urgency, PRIVATE_DEFAULT_TEXT};
@@ -8,8 +8,9 @@ use herald_domain::classify::WEBPUSH_SUBSCRIPTION_EXPIRED;
 use herald_domain::{ChannelKind, ChannelName, OnUnknown, TaskState, UserId};
 use herald_ports::store::TaskView;
 use herald_ports::{DestinationCipher, PreferenceStore};
+use herald_standin::{Script, WebPushService};
 use herald_tests::cases::outcomes;
-use herald_tests::peers::push::{decrypt_with_http_ece, verify_vapid_with_python, PushPeer, Step};
+use herald_tests::peers::push::{decrypt_with_http_ece, verify_vapid_with_python};
 use herald_tests::{ClockMode, World};
 use secrecy::SecretString;
 
@@ -30,14 +31,14 @@ fn webpush_config(adjust: impl FnOnce(&mut ChannelConfig)) -> ChannelConfig {
 
 /// A world (on the database's clock: the subscription-expired mark compares the preference's change
 /// time with the attempt's start) with the Web Push channel, and user `u1` subscribed at `peer`.
-async fn world(peer: &PushPeer, adjust: impl FnOnce(&mut ChannelConfig)) -> World {
+async fn world(peer: &WebPushService, adjust: impl FnOnce(&mut ChannelConfig)) -> World {
     let config = webpush_config(adjust);
     let world = World::with(ClockMode::Database, |configs| configs.push(config)).await.expect("world");
     subscribe(&world, peer).await;
     world
 }
 
-async fn subscribe(world: &World, peer: &PushPeer) {
+async fn subscribe(world: &World, peer: &WebPushService) {
     let (user, channel) = (UserId::from("u1"), ChannelName::from("webpush"));
     let subscription = SecretString::from(peer.subscribe());
     let stored = DestinationCipher::encrypt(&*world.cipher, &user, &channel, &subscription).expect("encrypt");
@@ -62,7 +63,7 @@ async fn deliver(world: &World, event: &str, ttl_ms: u64) -> TaskView {
 
 #[tokio::test]
 async fn accepted_with_vapid_encrypted_payload_ttl_topic_and_urgency() {
-    let peer = PushPeer::start().await.expect("push peer");
+    let peer = WebPushService::start().await.expect("push peer");
     let world = world(&peer, |c| c.urgency = Some(Urgency::High)).await;
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(task.state, TaskState::Sent);
@@ -93,7 +94,7 @@ async fn python_http_ece_decrypts_and_cryptography_verifies_what_herald_sent() {
         eprintln!("skipped: http_ece is not installed (`pip install http_ece`)");
         return;
     }
-    let peer = PushPeer::start().await.expect("push peer");
+    let peer = WebPushService::start().await.expect("push peer");
     let world = world(&peer, |c| c.send_body = true).await;
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(task.state, TaskState::Sent);
@@ -109,7 +110,7 @@ async fn python_http_ece_decrypts_and_cryptography_verifies_what_herald_sent() {
 
 #[tokio::test]
 async fn the_ttl_is_the_remaining_lifetime() {
-    let peer = PushPeer::start().await.expect("push peer");
+    let peer = WebPushService::start().await.expect("push peer");
     let world = world(&peer, |_| {}).await;
     let task = deliver(&world, "e1", 90_000).await;
     assert_eq!(task.state, TaskState::Sent);
@@ -120,8 +121,8 @@ async fn the_ttl_is_the_remaining_lifetime() {
 #[tokio::test]
 async fn gone_subscriptions_fail_and_switch_the_channel_off_visibly() {
     for status in [404, 410] {
-        let peer = PushPeer::start().await.expect("push peer");
-        peer.script([Step::Status(status, None)]);
+        let peer = WebPushService::start().await.expect("push peer");
+        peer.script([Script::status(status)]);
         let world = world(&peer, |_| {}).await;
         let task = deliver(&world, "e1", HOUR).await;
         assert_eq!(outcomes(&task), ["REJECTED"], "{status}");
@@ -171,8 +172,8 @@ async fn a_test_send_that_finds_the_subscription_gone_switches_the_channel_off()
 #[tokio::test]
 async fn malformed_and_too_large_are_rejected_without_disabling() {
     for status in [400, 413] {
-        let peer = PushPeer::start().await.expect("push peer");
-        peer.script([Step::Status(status, None)]);
+        let peer = WebPushService::start().await.expect("push peer");
+        peer.script([Script::status(status)]);
         let world = world(&peer, |_| {}).await;
         let task = deliver(&world, "e1", HOUR).await;
         assert_eq!(outcomes(&task), ["REJECTED"]);
@@ -184,8 +185,8 @@ async fn malformed_and_too_large_are_rejected_without_disabling() {
 
 #[tokio::test]
 async fn too_many_requests_is_retried_after_retry_after_and_sent_once() {
-    let peer = PushPeer::start().await.expect("push peer");
-    peer.script([Step::Status(429, Some("1"))]);
+    let peer = WebPushService::start().await.expect("push peer");
+    peer.script([Script::retry_after(429, 1)]);
     let world = world(&peer, |_| {}).await;
     let created = world.submit("u1", "e1", HOUR, None).await.expect("submit");
     let worker = world.worker("w1", 60_000);
@@ -204,8 +205,8 @@ async fn too_many_requests_is_retried_after_retry_after_and_sent_once() {
 
 #[tokio::test]
 async fn server_errors_follow_refusal_5xx() {
-    let peer = PushPeer::start().await.expect("push peer");
-    peer.script([Step::Status(503, None)]);
+    let peer = WebPushService::start().await.expect("push peer");
+    peer.script([Script::status(503)]);
     let world = world(&peer, |c| c.refusal_5xx = herald_domain::RefusalProof::Unknown).await;
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(outcomes(&task), ["IO_ERROR"]);
@@ -214,8 +215,8 @@ async fn server_errors_follow_refusal_5xx() {
 
 #[tokio::test]
 async fn no_answer_is_unknown_and_parked_with_one_message() {
-    let peer = PushPeer::start().await.expect("push peer");
-    peer.script([Step::Hang]);
+    let peer = WebPushService::start().await.expect("push peer");
+    peer.script([Script::HangAfterAccept]);
     let world = world(&peer, |_| {}).await;
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(outcomes(&task), ["TIMEOUT"]);
@@ -227,8 +228,8 @@ async fn no_answer_is_unknown_and_parked_with_one_message() {
 
 #[tokio::test]
 async fn the_opt_in_resends_with_the_same_topic() {
-    let peer = PushPeer::start().await.expect("push peer");
-    peer.script([Step::Hang]);
+    let peer = WebPushService::start().await.expect("push peer");
+    peer.script([Script::HangAfterAccept]);
     let world = world(&peer, |c| c.on_unknown = OnUnknown::ResendSameTopic).await;
     let created = world.submit("u1", "e1", HOUR, None).await.expect("submit");
     let task = created.tasks.iter().find(|t| t.channel.as_str() == "webpush").expect("task").task_id;
@@ -260,7 +261,7 @@ async fn the_api_stores_only_a_push_subscription_and_shows_an_expired_one() {
     use reqwest::StatusCode;
     use serde_json::json;
 
-    let peer = PushPeer::start().await.expect("push peer");
+    let peer = WebPushService::start().await.expect("push peer");
     let world = World::with(ClockMode::Database, |configs| configs.push(webpush_config(|_| {}))).await.expect("world");
     let api = Api::start(&world).await.expect("api");
     let token = api.user_token("u1");
@@ -283,7 +284,7 @@ async fn the_api_stores_only_a_push_subscription_and_shows_an_expired_one() {
     assert!(doc.get("status").is_none(), "{doc}");
     assert!(!answer.text.contains("/push/"), "{}", answer.text);
 
-    peer.script([Step::Status(410, None)]);
+    peer.script([Script::status(410)]);
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(task.state, TaskState::Failed);
     // The inbox names the reason, not a bare "failed".
@@ -350,7 +351,7 @@ async fn email_and_webpush_work_through_herald_worker_with_a_configuration_file(
         return;
     }
     let smtp = SmtpPeer::start("accept").await.expect("aiosmtpd");
-    let push = PushPeer::start().await.expect("push peer");
+    let push = WebPushService::start().await.expect("push peer");
     let db = herald_tests::TestDb::fresh().await.expect("a fresh database");
     let store = db.store.clone();
     let keyring = Keyring::new([("k1".to_owned(), SecretString::from(KEY))], "k1").expect("key");
@@ -427,7 +428,7 @@ async fn email_and_webpush_work_through_herald_worker_with_a_configuration_file(
 #[tokio::test]
 async fn a_plain_http_endpoint_is_posted_to_only_when_the_channel_allows_loopback() {
     // A subscription comes from a user: by default Herald does not post to its own machine over http.
-    let peer = PushPeer::start().await.expect("push peer");
+    let peer = WebPushService::start().await.expect("push peer");
     let world = world(&peer, |c| c.allow_loopback_endpoints = false).await;
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(outcomes(&task), ["REJECTED"]);
