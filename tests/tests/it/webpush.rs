@@ -148,11 +148,11 @@ async fn a_test_send_that_finds_the_subscription_gone_switches_the_channel_off()
     use reqwest::StatusCode;
     use serde_json::json;
 
-    let peer = PushPeer::start().await.expect("push peer");
+    let peer = WebPushService::start().await.expect("push peer");
     let world = world(&peer, |_| {}).await;
     let api = Api::start(&world).await.expect("api");
     let token = api.user_token("u1");
-    peer.script([Step::Status(410, None)]);
+    peer.script([Script::status(410)]);
     let answer = api.post("/v1/users/u1/channels/webpush/test", Some(&token), &json!({})).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
     let (user, channel) = (UserId::from("u1"), ChannelName::from("webpush"));
@@ -162,7 +162,7 @@ async fn a_test_send_that_finds_the_subscription_gone_switches_the_channel_off()
     assert_eq!(peer.received(), 0);
     // A 400 says nothing about the subscription: a new one, refused as malformed, stays on.
     subscribe(&world, &peer).await;
-    peer.script([Step::Status(400, None)]);
+    peer.script([Script::status(400)]);
     let answer = api.post("/v1/users/u1/channels/webpush/test", Some(&token), &json!({})).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
     assert!(world.store.get(&user, &channel).await.expect("get").expect("pref").enabled);
