@@ -1,5 +1,5 @@
-//! `herald demo`: the whole service on one machine in one command — a PostgreSQL database, the three
-//! stand-in channels, the real HTTP API and several workers — driven through a scripted mix that shows
+//! `herald demo`: the whole service on one machine in one command — a PostgreSQL database, the five
+//! stand-in channels (webhook, sms, Miaotixing, an SMTP server, a Web Push service), the real HTTP API and several workers — driven through a scripted mix that shows
 //! what the service is for: where the outcome of a call is unknown, no user is prompted twice where the
 //! channel's contract allows avoiding it, and what cannot be decided automatically waits for a human.
 //!
@@ -25,11 +25,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use base64::Engine as _;
 use herald_channels::cipher::Keyring;
-use herald_channels::config::ChannelConfig;
+use herald_channels::config::{ChannelConfig, ConfigSecret, SmtpTls};
+use herald_channels::kinds::webpush::VapidKey;
 use herald_channels::registry::HttpChannelRegistry;
 use herald_domain::{ChannelKind, Millis};
 use herald_ports::Clock;
-use herald_standin::{Kind, Script, StandIn};
+use herald_standin::{Kind, Script, SmtpStandIn, StandIn, WebPushService};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Connection as _;
 
@@ -114,6 +115,8 @@ pub struct DemoReport {
     pub drain_time: Duration,
     /// Task ids of the parked tasks, oldest first.
     pub parked: Vec<i64>,
+    /// The payloads the Web Push stand-in decrypted (VAPID verified first), in order.
+    pub webpush_payloads: Vec<String>,
 }
 
 impl DemoReport {
@@ -123,14 +126,30 @@ impl DemoReport {
     }
 }
 
+/// The sender of the demo's e-mail channel.
+pub const DEMO_MAIL_FROM: &str = "herald@notify.example.org";
+
 /// The demo's channels: one per kind, pointing at the stand-ins, with short timeouts and backoffs so
-/// the run takes seconds, and a Miaotixing interval of 200 ms instead of the real service's 10 s.
+/// the run takes seconds, and a Miaotixing interval of 200 ms instead of the real service's 10 s. The
+/// e-mail channel speaks plain SMTP to the stand-in on loopback (`tls = "none"` is refused for any
+/// other host); the Web Push channel signs with `vapid_key` and may post to loopback endpoints.
 #[must_use]
-pub fn channel_configs(push: &str, sms: &str, miao: &str) -> Vec<ChannelConfig> {
+pub fn channel_configs(push: &str, sms: &str, miao: &str, smtp_port: u16, vapid_key: &str) -> Vec<ChannelConfig> {
+    let mut email = ChannelConfig::new("email", ChannelKind::Email, "");
+    email.host = Some("127.0.0.1".into());
+    email.port = Some(smtp_port);
+    email.tls = Some(SmtpTls::None);
+    email.from = Some(DEMO_MAIL_FROM.into());
+    let mut webpush = ChannelConfig::new("webpush", ChannelKind::Webpush, "");
+    webpush.vapid_private_key = Some(ConfigSecret::new(vapid_key.to_owned()));
+    webpush.vapid_subject = Some("mailto:ops@notify.example.org".into());
+    webpush.allow_loopback_endpoints = true;
     let mut configs = vec![
         ChannelConfig::new("push", ChannelKind::Webhook, push),
         ChannelConfig::new("sms", ChannelKind::Queryable, sms),
         ChannelConfig::new("miao", ChannelKind::Miaotixing, miao),
+        email,
+        webpush,
     ];
     for config in &mut configs {
         config.timeout_ms = scenario::TIMEOUT_MS;
@@ -138,6 +157,8 @@ pub fn channel_configs(push: &str, sms: &str, miao: &str) -> Vec<ChannelConfig> 
         config.retry_cap_ms = scenario::RETRY_CAP_MS;
     }
     configs[2].min_interval_ms = Some(scenario::MIAO_INTERVAL_MS);
+    configs[3].timeout_ms = scenario::SLOW_KIND_TIMEOUT_MS;
+    configs[4].timeout_ms = scenario::SLOW_KIND_TIMEOUT_MS;
     configs
 }
 
@@ -288,7 +309,12 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     let push = StandIn::try_start(Kind::Push).await.context("cannot start the push stand-in")?;
     let sms = StandIn::try_start(Kind::Sms).await.context("cannot start the sms stand-in")?;
     let miao = StandIn::try_start(Kind::Miaotixing).await.context("cannot start the miao stand-in")?;
-    let configs = channel_configs(&push.base_url(), &sms.base_url(), &miao.base_url());
+    let email = SmtpStandIn::start().await.context("cannot start the SMTP stand-in")?;
+    let webpush = WebPushService::start().await.context("cannot start the Web Push stand-in")?;
+    // A fresh VAPID key for this run, as `herald keys vapid` makes one.
+    let (vapid_key, _) = VapidKey::generate();
+    let configs =
+        channel_configs(&push.base_url(), &sms.base_url(), &miao.base_url(), email.port(), vapid_key.as_str());
     let registry =
         HttpChannelRegistry::from_configs(&configs).map_err(|e| anyhow::anyhow!("{}: {}", e.key, e.reason))?;
     let keyring = Keyring::new([("demo".to_owned(), Keyring::generate_key())], "demo").context("demo key")?;
@@ -306,8 +332,14 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
         miao.base_url()
     );
     println!(
-        "  client timeout {} ms; retries from {} ms; miao egress interval {} ms for the demo (the real service asks for 10 s)",
+        "  email (SMTP, neither) smtp://{}, webpush (Web Push, neither; VAPID verified, payload decrypted) {}",
+        email.addr(),
+        webpush.origin()
+    );
+    println!(
+        "  client timeout {} ms (email and webpush {} ms); retries from {} ms; miao egress interval {} ms for the demo (the real service asks for 10 s)",
         scenario::TIMEOUT_MS,
+        scenario::SLOW_KIND_TIMEOUT_MS,
         scenario::RETRY_BASE_MS,
         scenario::MIAO_INTERVAL_MS
     );
@@ -347,7 +379,8 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     // 4. The mix, through the API.
     let client =
         submit::Api { http: reqwest::Client::new(), base: base.clone(), service_token: &service_token, auth: &auth };
-    let submitted = submit::submit_mix(&client, &push, &sms, &miao).await?;
+    let standins = StandIns { push: &push, sms: &sms, miao: &miao, email: &email, webpush: &webpush };
+    let submitted = submit::submit_mix(&client, &standins).await?;
     print_submissions(&submitted);
 
     // 5. Workers, until drained.
@@ -368,8 +401,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     println!("  {} in {:.1} s", if drained { "drained" } else { "NOT drained" }, drain_time.as_secs_f64());
 
     // 6. The summary.
-    let standins = StandIns { push: &push, sms: &sms, miao: &miao };
-    let (channels, cases) = summary::count(store_port.as_ref(), &submitted, &standins).await?;
+    let (channels, cases) = summary::count(store_port.as_ref(), services.prefs.as_ref(), &submitted, &standins).await?;
     let notification_rows = count_rows(&store, "notification").await?;
     let task_rows = count_rows(&store, "delivery_task").await?;
     let parked = store_port.parked(100).await?;
@@ -382,6 +414,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
         drained,
         drain_time,
         parked: parked.iter().map(|t| t.task_id.0).collect(),
+        webpush_payloads: webpush.payloads(),
     };
     print_summary(&report);
     print_next_steps(&options, &report, &parked, &base, &service_token, &admin_token, &auth, (&db_url, showable));
@@ -416,6 +449,8 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     push.shutdown().await;
     sms.shutdown().await;
     miao.shutdown().await;
+    email.shutdown().await;
+    webpush.shutdown().await;
     for spare in spares.into_iter().flatten() {
         spare.shutdown().await;
     }
@@ -501,7 +536,7 @@ fn print_walkthrough_lines(server_url: &str) -> anyhow::Result<()> {
 /// One scripted case as listed before the run, columns aligned by display width.
 fn case_line(case: &scenario::Case) -> String {
     format!(
-        "    {:<20} {:<5} {} expect {}",
+        "    {:<20} {:<7} {} expect {}",
         case.id,
         case.channel.name(),
         summary::pad(case.scripted, 48),

@@ -5,12 +5,14 @@ use std::collections::BTreeSet;
 
 use anyhow::{ensure, Context as _};
 use futures::stream::{self, StreamExt as _, TryStreamExt as _};
-use herald_standin::{Script, StandIn};
+use herald_channels::kinds::webpush::topic;
+use herald_standin::Script;
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::scenario::{self, Ch, Then, CASES};
+use super::scenario::{self, Ch, Steps, Then, CASES};
+use super::summary::StandIns;
 use herald_app::api::Authenticator;
 
 /// Time to live of every demo notification: long enough never to expire during the run.
@@ -130,7 +132,7 @@ pub struct Submitted {
 ///
 /// # Errors
 /// An HTTP failure or an answer the demo did not expect.
-pub async fn submit_mix(api: &Api<'_>, push: &StandIn, sms: &StandIn, miao: &StandIn) -> anyhow::Result<Submitted> {
+pub async fn submit_mix(api: &Api<'_>, standins: &StandIns<'_>) -> anyhow::Result<Submitted> {
     let mut out = Submitted::default();
 
     // Preferences: background users, case users.
@@ -142,7 +144,8 @@ pub async fn submit_mix(api: &Api<'_>, push: &StandIn, sms: &StandIn, miao: &Sta
     let prefs: Vec<(String, Ch, String)> = prefs
         .into_iter()
         .map(|(user, ch)| {
-            let destination = scenario::destination(&user, ch);
+            // A Web Push subscription is made by the push service, as a browser's would be.
+            let destination = scenario::destination(&user, ch).unwrap_or_else(|| standins.webpush.subscribe());
             (user, ch, destination)
         })
         .collect();
@@ -151,11 +154,17 @@ pub async fn submit_mix(api: &Api<'_>, push: &StandIn, sms: &StandIn, miao: &Sta
         .try_collect::<Vec<()>>()
         .await?;
 
-    // Miaotixing is scripted by code, before anything is sent.
-    for case in CASES.iter().filter(|c| c.channel == Ch::Miao) {
-        let code = scenario::destination(&format!("case-{}", case.id), Ch::Miao);
-        for step in (case.steps)() {
-            miao.script_for(&code, step);
+    // Miaotixing is scripted by code and e-mail by address, before anything is sent.
+    for case in CASES {
+        let Some(destination) = scenario::destination(&format!("case-{}", case.id), case.channel) else { continue };
+        match (case.channel, case.steps) {
+            (Ch::Miao, Steps::Http(steps)) => {
+                steps().into_iter().for_each(|s| standins.miao.script_for(&destination, s));
+            }
+            (Ch::Email, Steps::Smtp(steps)) => {
+                steps().into_iter().for_each(|s| standins.email.script_for(&destination, s));
+            }
+            _ => {}
         }
     }
 
@@ -236,10 +245,17 @@ pub async fn submit_mix(api: &Api<'_>, push: &StandIn, sms: &StandIn, miao: &Sta
         let task = &created.tasks[0];
         ensure!(task.channel == case.channel.name(), "case {} got a task on {}", case.id, task.channel);
         let reference = task.reference.clone();
+        let steps = || match case.steps {
+            Steps::Http(steps) => steps(),
+            Steps::Smtp(_) => Vec::new(),
+        };
         match case.channel {
-            Ch::Push => (case.steps)().into_iter().for_each(|step: Script| push.script_for(&reference, step)),
-            Ch::Sms => (case.steps)().into_iter().for_each(|step: Script| sms.script_for(&reference, step)),
-            Ch::Miao => {}
+            Ch::Push => steps().into_iter().for_each(|step: Script| standins.push.script_for(&reference, step)),
+            Ch::Sms => steps().into_iter().for_each(|step: Script| standins.sms.script_for(&reference, step)),
+            Ch::WebPush => {
+                steps().into_iter().for_each(|step: Script| standins.webpush.script_for(&topic(&reference), step));
+            }
+            Ch::Miao | Ch::Email => {}
         }
         if case.then == Then::SwitchOff {
             api.preference(&user, case.channel, None, false).await?;

@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use herald_domain::{NotificationId, TaskState};
-use herald_ports::{NotificationStore, StoreError, TaskView};
-use herald_standin::StandIn;
+use herald_channels::kinds::webpush::topic;
+use herald_domain::{ChannelName, NotificationId, TaskState, UserId};
+use herald_ports::{NotificationStore, PreferenceStore, StoreError, TaskView};
+use herald_standin::{SmtpStandIn, StandIn, WebPushService};
 
 use super::scenario::{self, Ch, End, CASES};
 use super::submit::Submitted;
@@ -29,6 +30,7 @@ pub struct ChannelSummary {
     /// Requests on the send endpoint, whatever their answer.
     pub requests: u64,
     /// Status queries (sms only).
+    /// (For e-mail, `requests` counts mail transactions begun.)
     pub queries: u64,
     /// Real sends beyond one per task: a user prompted twice for one notification.
     pub extra_sends: u64,
@@ -42,7 +44,9 @@ pub struct CaseResult {
     pub end: Option<End>,
     pub outcomes: Vec<String>,
     pub sends: u64,
-    /// End, outcomes and sends all as expected.
+    /// The user's channel is switched off and marked "subscription expired".
+    pub expired: bool,
+    /// End, outcomes, sends and the expiry mark all as expected.
     pub ok: bool,
 }
 
@@ -60,28 +64,44 @@ fn outcomes(task: &TaskView) -> Vec<String> {
     task.attempts.iter().map(|a| a.outcome.map_or_else(|| "…".to_owned(), |o| o.as_str().to_owned())).collect()
 }
 
-/// The three stand-ins, by channel.
+/// The five stand-ins, by channel.
 pub struct StandIns<'a> {
     pub push: &'a StandIn,
     pub sms: &'a StandIn,
     pub miao: &'a StandIn,
+    pub email: &'a SmtpStandIn,
+    pub webpush: &'a WebPushService,
 }
 
 impl StandIns<'_> {
-    fn of(&self, ch: Ch) -> &StandIn {
+    /// Real sends, requests (e-mail: mail transactions) and queries one stand-in counted.
+    fn counters(&self, ch: Ch) -> (u64, u64, u64) {
         match ch {
-            Ch::Push => self.push,
-            Ch::Sms => self.sms,
-            Ch::Miao => self.miao,
+            Ch::Push | Ch::Sms | Ch::Miao => {
+                let standin = match ch {
+                    Ch::Push => self.push,
+                    Ch::Sms => self.sms,
+                    _ => self.miao,
+                };
+                (standin.sends(), standin.requests(), standin.queries())
+            }
+            Ch::Email => (self.email.sends(), self.email.transactions(), 0),
+            Ch::WebPush => (self.webpush.received() as u64, self.webpush.requests().len() as u64, 0),
         }
     }
 
-    /// Real sends for one task: by reference for push and sms; Miaotixing has no reference on the
-    /// wire, so by destination (each case user has one task).
+    /// Real sends for one task: by reference for push and sms, by the reference in the Message-ID for
+    /// e-mail, by the `Topic` derived from it for Web Push; Miaotixing has no reference on the wire, so
+    /// by destination (each case user has one task).
     fn sends_for(&self, ch: Ch, task: &TaskView) -> u64 {
         match ch {
-            Ch::Push | Ch::Sms => self.of(ch).sends_for(&task.reference),
-            Ch::Miao => self.miao.sends_to(&scenario::destination(task.user_id.as_str(), Ch::Miao)),
+            Ch::Push => self.push.sends_for(&task.reference),
+            Ch::Sms => self.sms.sends_for(&task.reference),
+            Ch::Email => self.email.sends_for(&task.reference),
+            Ch::WebPush => self.webpush.sends_for(&topic(&task.reference)),
+            Ch::Miao => {
+                scenario::destination(task.user_id.as_str(), Ch::Miao).map_or(0, |code| self.miao.sends_to(&code))
+            }
         }
     }
 }
@@ -92,6 +112,7 @@ impl StandIns<'_> {
 /// Store failures.
 pub async fn count(
     store: &dyn NotificationStore,
+    prefs: &dyn PreferenceStore,
     submitted: &Submitted,
     standins: &StandIns<'_>,
 ) -> Result<(Vec<ChannelSummary>, Vec<CaseResult>), StoreError> {
@@ -114,21 +135,19 @@ pub async fn count(
                 None => line.unsettled += 1,
             }
             match ch {
-                Ch::Push | Ch::Sms => line.extra_sends += standins.sends_for(ch, &task).saturating_sub(1),
                 Ch::Miao => *miao_tasks.entry(task.user_id.to_string()).or_default() += 1,
+                _ => line.extra_sends += standins.sends_for(ch, &task).saturating_sub(1),
             }
             tasks_by_id.insert(task.task_id.0, task);
         }
     }
+    let miao = Ch::ALL.iter().position(|c| *c == Ch::Miao).unwrap_or(0);
     for (user, tasks) in &miao_tasks {
-        let sends = standins.miao.sends_to(&scenario::destination(user, Ch::Miao));
-        lines[2].extra_sends += sends.saturating_sub(*tasks);
+        let sends = scenario::destination(user, Ch::Miao).map_or(0, |code| standins.miao.sends_to(&code));
+        lines[miao].extra_sends += sends.saturating_sub(*tasks);
     }
     for (line, ch) in lines.iter_mut().zip(Ch::ALL) {
-        let standin = standins.of(ch);
-        line.real_sends = standin.sends();
-        line.requests = standin.requests();
-        line.queries = standin.queries();
+        (line.real_sends, line.requests, line.queries) = standins.counters(ch);
     }
 
     let mut cases = Vec::with_capacity(CASES.len());
@@ -137,8 +156,12 @@ pub async fn count(
             Some(task) => (end_of(task), outcomes(task), standins.sends_for(case.channel, task)),
             None => (None, Vec::new(), 0),
         };
-        let ok = end == Some(case.end) && outcomes == case.outcomes && sends == case.sends;
-        cases.push(CaseResult { id: case.id, task_id, end, outcomes, sends, ok });
+        let (user, channel) =
+            (UserId::from(format!("case-{}", case.id).as_str()), ChannelName::from(case.channel.name()));
+        let switched_off = prefs.get(&user, &channel).await?.is_some_and(|p| !p.enabled);
+        let expired = switched_off && prefs.destination_expired(&user, &channel).await?;
+        let ok = end == Some(case.end) && outcomes == case.outcomes && sends == case.sends && expired == case.expires;
+        cases.push(CaseResult { id: case.id, task_id, end, outcomes, sends, expired, ok });
     }
     Ok((lines, cases))
 }
@@ -203,24 +226,26 @@ pub fn case_table(results: &[CaseResult]) -> String {
         let end = result.end.map_or("not settled", End::label);
         let _ = writeln!(
             out,
-            "  {mark:<3} {:<20} {:<5} {} -> {:<16} [{}], {} real send{}",
+            "  {mark:<3} {:<20} {:<7} {} -> {:<16} [{}], {} real send{}{}",
             case.id,
             case.channel.name(),
             pad(case.scripted, 44),
             end,
             result.outcomes.join(", "),
             result.sends,
-            if result.sends == 1 { "" } else { "s" }
+            if result.sends == 1 { "" } else { "s" },
+            if result.expired { ", subscription expired" } else { "" }
         );
         if result.ok {
             let _ = writeln!(out, "      {}", case.why);
         } else {
             let _ = writeln!(
                 out,
-                "      expected {} [{}], {} real sends",
+                "      expected {} [{}], {} real sends{}",
                 case.end.label(),
                 case.outcomes.join(", "),
-                case.sends
+                case.sends,
+                if case.expires { ", subscription expired" } else { "" }
             );
         }
     }

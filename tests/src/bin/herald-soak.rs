@@ -18,17 +18,22 @@
 //!   wrapped in a decorator that plants one bug ([`Plant`]). The normal run never uses it.
 //! * **Stand-ins** run in this process (real loopback HTTP servers from `herald_standin`) in
 //!   chaos mode: every request draws accept, accept-then-answer-after-the-timeout, 503 / 429 before
-//!   accepting, drop before / after accepting, garbage after accepting; sms queries draw 503. Five
+//!   accepting, drop before / after accepting, garbage after accepting; sms queries draw 503. Seven
 //!   channels: `push` (webhook, idempotent), `sms` (queryable, with a query lag just below its
 //!   `query_consistency`), `miao` (Miaotixing, neither), `digest` (webhook with
-//!   `digest = { instant_per_hour = 3 }`, fed with concurrent bursts on one thread) and `slow`
-//!   (Miaotixing with `min_interval_ms = 200`, the egress-interval channel).
+//!   `digest = { instant_per_hour = 3 }`, fed with concurrent bursts on one thread), `slow`
+//!   (Miaotixing with `min_interval_ms = 200`, the egress-interval channel), `mail` (e-mail over the
+//!   SMTP stand-in, whose draws read as SMTP: 421 to MAIL, 451/550 to RCPT, 451 after the final `.`, a
+//!   drop at RCPT or after the `.`, a late or garbage reply to it) and `webpush` (Web Push to the push
+//!   service stand-in, which verifies VAPID and decrypts before it counts anything, and also draws 410).
 //! * **Submitters** POST `/v1/notifications` and `/v1/events` with the service token; a submit whose
 //!   answer did not come back (connection error, timeout, 5xx, server down) is repeated with the same
 //!   event key until answered. Users get their destinations with `PUT /v1/users/{u}/channels/{c}`
 //!   (encrypted by the server), retried the same way. Miaotixing has no reference on the wire, so every
 //!   `miao` and `slow` notification goes to a user of its own with a destination of its own: a send to
-//!   that destination is a send of that one task.
+//!   that destination is a send of that one task. E-mail is counted by the reference in the Message-ID,
+//!   Web Push by the `Topic` derived from the reference; every `webpush` notification goes to a user with a
+//!   fresh subscription of its own, so a 410 switches off only that one.
 //! * **Faults**, while submitting: SIGKILL of a worker process (then a replacement starts),
 //!   SIGSTOP/SIGCONT of a worker (some pauses longer than the lease, so the task is taken over as in
 //!   SPEC §10 P2), `pg_terminate_backend` of every backend of the soak database except the driver's own
@@ -56,6 +61,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use async_trait::async_trait;
+use herald_channels::kinds::webpush::{topic, VapidKey};
 use herald_domain::{
     ChannelName, ChannelRules, EgressDecision, EventKey, FinalState, Observation, TaskId, TaskState, Timestamp,
     Transition, UserId,
@@ -66,7 +72,7 @@ use herald_ports::{
     NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
 };
 use herald_postgres::PgStore;
-use herald_standin::{Chaos, Kind, StandIn};
+use herald_standin::{Chaos, Kind, SmtpStandIn, StandIn, WebPushService};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
@@ -104,6 +110,11 @@ const SLOW_INTERVAL: Duration = Duration::from_millis(200);
 /// measured at the stand-in must be at least the interval.
 const SLOW_GUARD: Duration = Duration::from_millis(300);
 const REGULAR_USERS: usize = 24;
+/// Users of the `mail` channel (a pool, like the regular users).
+const MAIL_USERS: usize = 8;
+/// Chaos weight of a 410 on the Web Push service (an expired subscription) and of a 550 to `RCPT` on the
+/// SMTP server (the draw `410` reads as "no such mailbox" there).
+const GONE_WEIGHT: u32 = 4;
 const DIGEST_USERS: usize = 6;
 
 // ------------------------------------------------------------------------------------------ options
@@ -218,6 +229,8 @@ struct StandIns {
     miao: StandIn,
     digest: StandIn,
     slow: StandIn,
+    mail: SmtpStandIn,
+    webpush: Arc<WebPushService>,
 }
 
 impl StandIns {
@@ -236,7 +249,11 @@ impl StandIns {
             standin.set_chaos(Some(Chaos { seed: seed.wrapping_add(i as u64 + 1), ..chaos.clone() }));
         }
         sms.set_query_lag(QUERY_LAG);
-        StandIns { push, sms, miao, digest, slow }
+        let mail = SmtpStandIn::start().await.expect("the SMTP stand-in binds a loopback port");
+        let webpush = WebPushService::start().await.expect("the Web Push stand-in binds a loopback port");
+        mail.set_chaos(Some(Chaos { seed: seed.wrapping_add(6), gone: GONE_WEIGHT, ..chaos.clone() }));
+        webpush.set_chaos(Some(Chaos { seed: seed.wrapping_add(7), gone: GONE_WEIGHT, ..chaos }));
+        StandIns { push, sms, miao, digest, slow, mail, webpush: Arc::new(webpush) }
     }
 
     fn by_channel(&self, channel: &str) -> Option<&StandIn> {
@@ -254,6 +271,29 @@ impl StandIns {
         for standin in [self.push, self.sms, self.miao, self.digest, self.slow] {
             standin.shutdown().await;
         }
+        self.mail.shutdown().await;
+        if let Ok(webpush) = Arc::try_unwrap(self.webpush) {
+            webpush.shutdown().await;
+        }
+    }
+
+    /// What one task's channel really accepted for it, and its wire reference (`None`: known by
+    /// destination, Miaotixing). E-mail is counted by the Message-ID's reference, Web Push by the Topic.
+    fn accepted(&self, task: &TaskLine, destinations: &HashMap<(String, String), String>) -> Option<(u64, bool)> {
+        match task.channel.as_str() {
+            "mail" => Some((self.mail.sends_for(&task.reference), true)),
+            "webpush" => Some((self.webpush.sends_for(&topic(&task.reference)), true)),
+            channel => {
+                let standin = self.by_channel(channel)?;
+                Some(match standin.kind() {
+                    Kind::Miaotixing => (
+                        destinations.get(&(task.user.clone(), task.channel.clone())).map_or(0, |d| standin.sends_to(d)),
+                        false,
+                    ),
+                    Kind::Push | Kind::Sms => (standin.sends_for(&task.reference), true),
+                })
+            }
+        }
     }
 }
 
@@ -262,6 +302,8 @@ impl StandIns {
 struct Secrets {
     service_token: String,
     admin_token: String,
+    /// The `webpush` channel's VAPID private key, generated per run.
+    vapid_key: String,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -297,6 +339,19 @@ fn config_text(db_url: &str, listen: u16, secrets: &Secrets, standins: &StandIns
         "webhook",
         standins.digest.base_url(),
         &format!("min_interval_ms = 0\ndigest = {{ instant_per_hour = {DIGEST_LIMIT} }}"),
+    );
+    text += &format!(
+        "[[channel]]\nname = \"mail\"\nkind = \"email\"\nhost = \"127.0.0.1\"\nport = {}\ntls = \"none\"\n\
+         from = \"herald@soak.example.org\"\ntimeout_ms = {TIMEOUT_MS}\nmax_attempts = 8\nretry_base_ms = 100\n\
+         retry_cap_ms = 1000\n\n",
+        standins.mail.port()
+    );
+    text += &format!(
+        "[[channel]]\nname = \"webpush\"\nkind = \"webpush\"\nvapid_private_key = \"{}\"\n\
+         vapid_subject = \"mailto:ops@soak.example.org\"\nallow_loopback_endpoints = true\n\
+         timeout_ms = {TIMEOUT_MS}\nmax_attempts = 8\nretry_base_ms = 100\nretry_cap_ms = 1000\n\
+         refusal_5xx = \"before_acceptance\"\n\n",
+        secrets.vapid_key
     );
     text += &channel(
         "slow",
@@ -428,6 +483,8 @@ enum Mix {
     Miao,
     Slow,
     Digest,
+    Mail,
+    WebPush,
 }
 
 impl Mix {
@@ -437,6 +494,8 @@ impl Mix {
             Mix::Miao => &["miao"],
             Mix::Slow => &["slow"],
             Mix::Digest => &["digest"],
+            Mix::Mail => &["mail"],
+            Mix::WebPush => &["webpush"],
         }
     }
 }
@@ -520,6 +579,8 @@ impl Api {
 
 struct Submitter {
     api: Arc<Api>,
+    /// Makes each `webpush` user's subscription, as a browser would.
+    webpush: Arc<WebPushService>,
     ledger: Arc<Ledger>,
     run: String,
     deadline: Instant,
@@ -527,7 +588,11 @@ struct Submitter {
 
 impl Submitter {
     async fn put_pref(&self, user: &str, channel: &str) -> bool {
-        let destination = format!("{channel}-{}-{user}", self.run);
+        let destination = match channel {
+            "mail" => format!("{user}-{}@mail.example.org", self.run),
+            "webpush" => self.webpush.subscribe(),
+            _ => format!("{channel}-{}-{user}", self.run),
+        };
         self.ledger
             .destinations
             .lock()
@@ -624,25 +689,34 @@ impl Submitter {
             n += 1;
             let key = format!("{}-s{index}-{n}", self.run);
             let draw = rng.below(100);
-            if draw < 45 {
+            if draw < 38 {
                 let user = format!("r{}", rng.below(REGULAR_USERS as u64));
                 self.notify(&user, &key, Mix::Regular, None).await;
-            } else if draw < 55 {
+            } else if draw < 46 {
                 let users: Vec<String> = (0..3).map(|_| format!("r{}", rng.below(REGULAR_USERS as u64))).collect();
                 let mut unique = users.clone();
                 unique.sort();
                 unique.dedup();
                 self.event(&unique, &key).await;
-            } else if draw < 70 {
+            } else if draw < 58 {
                 // A user and destination of its own: a Miaotixing send is identified by its destination.
                 let user = format!("m{index}-{n}");
                 if self.put_pref(&user, "miao").await {
                     self.notify(&user, &key, Mix::Miao, None).await;
                 }
-            } else if draw < 80 {
+            } else if draw < 66 {
                 let user = format!("w{index}-{n}");
                 if self.put_pref(&user, "slow").await {
                     self.notify(&user, &key, Mix::Slow, None).await;
+                }
+            } else if draw < 74 {
+                let user = format!("e{}", rng.below(MAIL_USERS as u64));
+                self.notify(&user, &key, Mix::Mail, None).await;
+            } else if draw < 82 {
+                // A subscription of its own: a 410 switches off this user's channel only.
+                let user = format!("p{index}-{n}");
+                if self.put_pref(&user, "webpush").await {
+                    self.notify(&user, &key, Mix::WebPush, None).await;
                 }
             } else {
                 // A burst of concurrent submits on one (user, thread): the digest limit under concurrency.
@@ -781,6 +855,7 @@ async fn soak(options: &Options) -> anyhow::Result<Tally> {
     let secrets = Secrets {
         service_token: format!("svc-{}", uuid::Uuid::new_v4().simple()),
         admin_token: format!("adm-{}", uuid::Uuid::new_v4().simple()),
+        vapid_key: VapidKey::generate().0,
     };
     let port = free_port()?;
     let config = options.workdir.join("herald.toml");
@@ -865,6 +940,7 @@ async fn run_phases(
     // Preferences of the long-lived users first.
     let setup = Arc::new(Submitter {
         api: Arc::clone(&api),
+        webpush: Arc::clone(&standins.webpush),
         ledger: Arc::clone(&ledger),
         run: run.to_owned(),
         deadline: answer_deadline,
@@ -876,6 +952,9 @@ async fn run_phases(
     }
     for u in 0..DIGEST_USERS {
         anyhow::ensure!(setup.put_pref(&format!("d{u}"), "digest").await, "preference not stored");
+    }
+    for u in 0..MAIL_USERS {
+        anyhow::ensure!(setup.put_pref(&format!("e{u}"), "mail").await, "preference not stored");
     }
 
     let mut rng = Rng(options.seed);
@@ -1036,6 +1115,7 @@ struct Report {
     duplicate_sends: Vec<String>,
     unknown_sends: Vec<String>,
     digest_excess: Vec<String>,
+    gone_still_on: Vec<String>,
     egress_min_gap: Option<Duration>,
     egress_violations: usize,
     tasks_by_state: BTreeMap<String, usize>,
@@ -1213,17 +1293,12 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
             .tasks_by_state
             .entry(if task.parked { "PARKED".to_owned() } else { task.state.clone() })
             .or_default() += 1;
-        let Some(standin) = standins.by_channel(&task.channel) else { continue };
-        let accepted = match standin.kind() {
-            Kind::Miaotixing => {
-                known_dests.insert((task.channel.clone(), task.user.clone()));
-                destinations.get(&(task.user.clone(), task.channel.clone())).map_or(0, |d| standin.sends_to(d))
-            }
-            Kind::Push | Kind::Sms => {
-                known_refs.insert(task.reference.clone());
-                standin.sends_for(&task.reference)
-            }
-        };
+        let Some((accepted, by_reference)) = standins.accepted(task, &destinations) else { continue };
+        if by_reference {
+            known_refs.insert(task.reference.clone());
+        } else {
+            known_dests.insert((task.channel.clone(), task.user.clone()));
+        }
         if task.state == "SENT" && !task.manual && accepted == 0 {
             report.sent_without_acceptance.push(describe(task));
         }
@@ -1242,6 +1317,17 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
                     report.unknown_sends.push(format!("{name} send of reference {reference}"));
                 }
             }
+        }
+    }
+    for m in standins.mail.messages() {
+        if !m.reference().is_some_and(|r| known_refs.contains(r)) {
+            report.unknown_sends.push("mail message whose Message-ID names no task Herald shows".to_owned());
+        }
+    }
+    let known_topics: HashSet<String> = known_refs.iter().map(|r| topic(r)).collect();
+    for r in standins.webpush.requests().iter().filter(|r| r.received) {
+        if !r.topic.as_ref().is_some_and(|t| known_topics.contains(t)) {
+            report.unknown_sends.push("webpush message whose Topic names no task Herald shows".to_owned());
         }
     }
     let dest_owner: HashMap<&String, &(String, String)> = destinations.iter().map(|(k, d)| (d, k)).collect();
@@ -1283,6 +1369,23 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
         if most > DIGEST_LIMIT {
             report.digest_excess.push(format!("thread {thread}: {most} instant prompts in one window"));
         }
+    }
+
+    // Web Push: a subscription the push service said is gone (410, the only REJECTED its chaos draws) is
+    // switched off and marked expired for that user.
+    let gone: Vec<(i64, String)> = sqlx::query(
+        "SELECT DISTINCT t.id, t.user_id FROM delivery_attempt a JOIN delivery_task t ON t.id = a.task_id \
+         JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel \
+         WHERE t.channel = 'webpush' AND 'REJECTED' IN (a.outcome, a.late_outcome) \
+         AND (p.enabled OR p.destination_expired_at IS NULL) ORDER BY t.id",
+    )
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect();
+    for (task, _) in gone {
+        report.gone_still_on.push(format!("task {task}: 410 but the user's webpush channel is still on"));
     }
 
     // Egress interval at the stand-in: every gap between send requests of the slow channel.
@@ -1332,13 +1435,26 @@ fn print_ledger(report: &Report, ledger: &Ledger, faults: &Faults, standins: &St
     ] {
         let draws: Vec<String> = standin.chaos_draws().iter().map(|(k, n)| format!("{k}={n}")).collect();
         println!(
-            "soak: stand-in {name:<6} requests {:>5} sends {:>5} queries {:>4} | {}",
+            "soak: stand-in {name:<7} requests {:>5} sends {:>5} queries {:>4} | {}",
             standin.requests(),
             standin.sends(),
             standin.queries(),
             draws.join(" ")
         );
     }
+    let draws = |d: Vec<(&str, u64)>| d.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(" ");
+    println!(
+        "soak: stand-in mail    transactions {:>5} sends {:>5} | {}",
+        standins.mail.transactions(),
+        standins.mail.sends(),
+        draws(standins.mail.chaos_draws())
+    );
+    println!(
+        "soak: stand-in webpush requests {:>5} sends {:>5} | {}",
+        standins.webpush.requests().len(),
+        standins.webpush.received(),
+        draws(standins.webpush.chaos_draws())
+    );
     let mut passed = 0;
     let mut failed = 0;
     let mut check = |name: &str, value: String, ok: bool, examples: &[String]| {
@@ -1374,6 +1490,8 @@ fn print_ledger(report: &Report, ledger: &Ledger, faults: &Faults, standins: &St
         ok,
         &report.digest_excess,
     );
+    let (v, ok) = count(&report.gone_still_on);
+    check("webpush 410: subscription gone but the channel still on", v, ok, &report.gone_still_on);
     let min_gap = report.egress_min_gap.map_or("-".to_owned(), |g| format!("{} ms", g.as_millis()));
     check(
         &format!("egress interval: gaps between slow sends >= {} ms (min gap)", SLOW_INTERVAL.as_millis()),
@@ -1539,14 +1657,14 @@ mod tests {
 
     #[test]
     fn every_mix_names_its_channels() {
-        let mut all: Vec<&str> = [Mix::Regular, Mix::Event, Mix::Miao, Mix::Slow, Mix::Digest]
+        let mut all: Vec<&str> = [Mix::Regular, Mix::Event, Mix::Miao, Mix::Slow, Mix::Digest, Mix::Mail, Mix::WebPush]
             .iter()
             .flat_map(|m| m.channels())
             .copied()
             .collect();
         all.sort_unstable();
         all.dedup();
-        assert_eq!(all, ["digest", "miao", "push", "slow", "sms"]);
+        assert_eq!(all, ["digest", "mail", "miao", "push", "slow", "sms", "webpush"]);
         for plant in [Plant::FinishWithoutToken, Plant::RefusalAfterUncertaintyFailed] {
             assert_eq!(Plant::parse(plant.name()).ok(), Some(plant));
         }

@@ -55,6 +55,29 @@ async fn the_demo_mix_ends_as_its_scenario_table_says() {
     assert!(report.parked.contains(&report.cases[index].task_id));
     assert_eq!(report.parked.len(), CASES.iter().filter(|c| c.end == End::Parked).count());
 
+    // E-mail: accepted with the server's queue id; no reply to the final "." is parked, never resent.
+    let case = |id: &str| {
+        let (index, _) = CASES.iter().enumerate().find(|(_, c)| c.id == id).expect("case");
+        &report.cases[index]
+    };
+    assert_eq!((case("email-accepted").end, case("email-accepted").sends), (Some(End::Sent), 1));
+    assert_eq!(case("email-late").end, Some(End::Parked));
+    assert_eq!(case("email-late").outcomes, ["TIMEOUT"]);
+    assert_eq!(case("email-late").sends, 1, "the server took the message whose reply was lost");
+    assert!(report.parked.contains(&case("email-late").task_id));
+    assert!(report.channel(Ch::Email).real_sends > 1, "background users have e-mail too");
+    // Web Push: accepted after VAPID was verified and the payload decrypted; 410 switches the channel off.
+    assert_eq!((case("webpush-accepted").end, case("webpush-accepted").sends), (Some(End::Sent), 1));
+    assert_eq!(report.webpush_payloads.len() as u64, report.channel(Ch::WebPush).real_sends);
+    for payload in &report.webpush_payloads {
+        let value: serde_json::Value = serde_json::from_str(payload).expect("a decrypted JSON payload");
+        assert!(value["text"].as_str().is_some_and(|t| !t.is_empty()), "{payload}");
+    }
+    let gone = case("webpush-gone");
+    assert_eq!((gone.end, gone.sends, gone.expired), (Some(End::Failed), 0, true), "{gone:?}");
+    assert!(!case("webpush-accepted").expired);
+    assert_eq!(case("webpush-late").end, Some(End::Parked));
+
     let mut conn = sqlx::PgConnection::connect(&herald_tests::db::server_url()).await.expect("server");
     sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).execute(&mut conn).await.expect("drop");
 }
