@@ -162,6 +162,12 @@ impl Api {
         self.auth.user_token(user).expose_secret().to_owned()
     }
 
+    /// A bearer token of `user` that expires at `expires` (Unix seconds).
+    #[must_use]
+    pub fn user_token_until(&self, user: &str, expires: u64) -> String {
+        self.auth.user_token_until(user, expires).expose_secret().to_owned()
+    }
+
     /// A request with an optional bearer token and an optional JSON body.
     ///
     /// # Panics

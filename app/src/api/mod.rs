@@ -173,8 +173,9 @@ impl utoipa::Modify for SecurityAddon {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "A service token (submit), an admin token (review, resolve, any user) or a user token \
-                         `u.{user}.{mac}` (that user's preferences and inbox; `herald token user USER_ID`).",
+                        "A service token (submit), an admin token (review, resolve, any user) or an expiring user \
+                         token `u2.{key id}.{user}.{expiry}.{mac}` (that user's preferences, inbox and \
+                         notifications; `herald token user USER_ID --ttl 1h`).",
                     ))
                     .build(),
             ),

@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use super::problem::{FieldError, Problem};
 
-pub const MAX_USER_ID_CHARS: usize = 128;
+pub use herald_domain::ids::MAX_USER_ID_CHARS;
 pub const MAX_EVENT_KEY_CHARS: usize = 256;
 pub const MAX_THREAD_KEY_CHARS: usize = 256;
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -48,6 +48,21 @@ impl Errors {
             return None;
         };
         self.optional_text(field, Some(value), max)
+    }
+
+    /// A required user id of the documented set (`herald_domain::check_user_id`).
+    pub fn user_id<'a>(&mut self, field: &str, value: Option<&'a str>) -> Option<&'a str> {
+        let Some(value) = value else {
+            self.add(field, "is required");
+            return None;
+        };
+        match herald_domain::check_user_id(value) {
+            Ok(()) => Some(value),
+            Err(problem) => {
+                self.add(field, problem.to_string());
+                None
+            }
+        }
     }
 
     pub fn optional_text<'a>(&mut self, field: &str, value: Option<&'a str>, max: usize) -> Option<&'a str> {
@@ -149,7 +164,7 @@ pub struct SubmitNotification {
 impl SubmitNotification {
     pub fn validate(&self) -> Result<NewNotification, Problem> {
         let mut errors = Errors::default();
-        let user = errors.text("user_id", self.user_id.as_deref(), MAX_USER_ID_CHARS);
+        let user = errors.user_id("user_id", self.user_id.as_deref());
         let key = errors.text("event_key", self.event_key.as_deref(), MAX_EVENT_KEY_CHARS);
         let body = errors.body(self.body.as_deref());
         let ttl = errors.ttl(self.ttl_seconds);
@@ -201,7 +216,7 @@ impl SubmitEvent {
                 let mut seen = HashSet::new();
                 for (i, user) in list.iter().enumerate() {
                     let field = format!("recipients[{i}]");
-                    if let Some(user) = errors.text(&field, Some(user), MAX_USER_ID_CHARS) {
+                    if let Some(user) = errors.user_id(&field, Some(user)) {
                         if seen.insert(user) {
                             users.push(user);
                         } else {

@@ -12,7 +12,7 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::model::{
     rfc3339, CreatedBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody, InboxItemBody, LimitQuery,
     NotificationBody, PreferenceBody, PutPreference, ReadBody, RecipientCreated, ResolveRequest, ResolvedBody,
-    ReviewBody, ReviewTaskBody, SubmitEvent, SubmitNotification, TaskBody, MAX_DESTINATION_CHARS, MAX_USER_ID_CHARS,
+    ReviewBody, ReviewTaskBody, SubmitEvent, SubmitNotification, TaskBody, MAX_DESTINATION_CHARS,
 };
 use super::problem::{FieldError, Problem};
 use super::ApiState;
@@ -153,8 +153,10 @@ pub async fn get_notification(
 ) -> ApiResult<Json<NotificationBody>> {
     let view = state.store.notification(NotificationId(id)).await?.ok_or_else(Problem::not_found)?;
     if let Caller::User(user) = &caller {
+        // Another user's notification is answered exactly like a missing one: a user token learns
+        // nothing about notifications that are not its own, not even that they exist.
         if user != view.user_id.as_str() {
-            return Err(Problem::forbidden("this token belongs to another user"));
+            return Err(Problem::not_found());
         }
     }
     Ok(Json(notification_body(&view)))
@@ -165,7 +167,7 @@ pub async fn get_notification(
 pub const SUBSCRIPTION_EXPIRED: &str = "subscription expired";
 
 fn check_path_user(errors: &mut Errors, user_id: &str) {
-    errors.text("user_id", Some(user_id), MAX_USER_ID_CHARS);
+    errors.user_id("user_id", Some(user_id));
 }
 
 /// Set a user's switch and destination for one channel. The destination is encrypted before it is

@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 
 use super::auth::UserAccess;
 use super::extract::ApiPath;
-use super::model::{Errors, PreferenceBody, MAX_USER_ID_CHARS};
+use super::model::{Errors, PreferenceBody};
 use super::problem::Problem;
 use super::ApiState;
 use crate::usecases::{self, TestOutcome, TestSendError};
@@ -52,7 +52,7 @@ pub struct TestSendBody {
 /// Validates the path, naming the field.
 fn path(state: &ApiState, user_id: &str, channel: &str) -> Result<(UserId, ChannelName), Problem> {
     let mut errors = Errors::default();
-    errors.text("user_id", Some(user_id), MAX_USER_ID_CHARS);
+    errors.user_id("user_id", Some(user_id));
     let name = ChannelName::new(channel);
     if !usecases::is_configured(&state.services(), &name) {
         errors.add("channel", "is not a configured channel");

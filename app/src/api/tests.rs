@@ -338,7 +338,7 @@ async fn a_user_token_sees_only_its_own_notification() {
     let state = mocks.state();
     let alice = user_token(&state, "alice");
     let bob = user_token(&state, "bob");
-    send(state.clone(), "GET", "/v1/notifications/5", Some(&alice), None).await.problem(StatusCode::FORBIDDEN);
+    send(state.clone(), "GET", "/v1/notifications/5", Some(&alice), None).await.problem(StatusCode::NOT_FOUND);
     let answer = send(state, "GET", "/v1/notifications/5", Some(&bob), None).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.json()["created_at"], "1970-01-01T00:00:00.000Z");

@@ -181,6 +181,49 @@ fn auth_tokens_and_secret_are_checked() {
 }
 
 #[test]
+fn user_token_keys_are_listed_in_order_and_checked() {
+    let dir = TempDir::new("user-keys");
+    dir.write("k1.secret", "the first user token secret\n");
+    let path = dir.write(
+        "herald.toml",
+        "[auth]\nuser_token_keys = [{ id = \"k2\", secret = \"the second user token secret\" }, \
+         { id = \"k1\", secret_file = \"k1.secret\" }]\n",
+    );
+    let auth = Config::load(Some(&path), std::iter::empty()).expect("valid").auth.unwrap();
+    let ids: Vec<&str> = auth.user_token_keys.iter().map(|k| k.id.as_str()).collect();
+    assert_eq!(ids, ["k2", "k1"], "the first signs");
+    assert_eq!(auth.user_token_keys[1].secret.expose_secret(), "the first user token secret");
+
+    let long = "0123456789abcdef";
+    refused("[auth]\nuser_token_keys = []\n", &[], "auth.user_token_keys", "at least one");
+    refused(
+        &format!("[auth]\nuser_token_keys = [{{ id = \"k 1\", secret = \"{long}\" }}]\n"),
+        &[],
+        "auth.user_token_keys[0].id",
+        "ASCII letters",
+    );
+    refused(
+        &format!("[auth]\nuser_token_keys = [{{ id = \"a\", secret = \"{long}\" }}, {{ id = \"a\", secret = \"{long}\" }}]\n"),
+        &[],
+        "auth.user_token_keys[1].id",
+        "listed twice",
+    );
+    refused(
+        "[auth]\nuser_token_keys = [{ id = \"a\", secret = \"short\" }]\n",
+        &[],
+        "auth.user_token_keys[0].secret",
+        "at least 16",
+    );
+    refused("[auth]\nuser_token_keys = [{ id = \"a\" }]\n", &[], "auth.user_token_keys[0].secret", "is required");
+    refused(
+        &format!("[auth]\nuser_token_secret = \"{long}\"\nuser_token_keys = [{{ id = \"a\", secret = \"{long}\" }}]\n"),
+        &[],
+        "auth.user_token_keys",
+        "give one",
+    );
+}
+
+#[test]
 fn environment_overrides_every_section() {
     let config = load(
         &full(),
@@ -270,7 +313,7 @@ fn secrets_can_come_from_files() {
     let config = Config::load(Some(&path), std::iter::empty()).expect("valid");
     assert_eq!(config.database.url.unwrap().expose_secret(), "postgres://from-file/db");
     let auth = config.auth.unwrap();
-    assert_eq!(auth.user_token_secret.expose_secret(), "0123456789abcdef-from-file");
+    assert_eq!(auth.user_token_keys[0].secret.expose_secret(), "0123456789abcdef-from-file");
     assert_eq!(auth.admin_tokens.len(), 2);
     let keys = config.keys.unwrap();
     assert_eq!(keys.keys[0].1.expose_secret(), k1);
@@ -334,7 +377,7 @@ fn environment_values_are_typed_by_their_key_not_by_their_look() {
     )
     .expect("valid");
     let auth = config.auth.unwrap();
-    assert_eq!(auth.user_token_secret.expose_secret(), "12345678901234567890");
+    assert_eq!(auth.user_token_keys[0].secret.expose_secret(), "12345678901234567890");
     assert_eq!(auth.admin_tokens[0].expose_secret(), "123");
     assert_eq!(config.database.url.unwrap().expose_secret(), "\"quoted\"");
 }
