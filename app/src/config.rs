@@ -178,6 +178,8 @@ pub struct Config {
     pub worker: WorkerSettings,
     pub channels: Vec<ChannelConfig>,
     pub log: LogConfig,
+    /// `[test_send]`: test sends per (user, channel) — `per_minute` (default 1), `per_day` (default 10).
+    pub test_send: herald_domain::TestSendQuota,
 }
 
 impl Config {
@@ -309,6 +311,15 @@ struct RawConfig {
     channel: Vec<Value>,
     #[serde(default)]
     log: RawLog,
+    #[serde(default)]
+    test_send: RawTestSend,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTestSend {
+    per_minute: Option<u32>,
+    per_day: Option<u32>,
 }
 
 fn read_secret_file(key: &str, path: &Path, base: &Path) -> Result<String> {
@@ -554,7 +565,15 @@ impl RawConfig {
         }
         let log = LogConfig { format: self.log.format.unwrap_or_default(), level };
 
-        Ok(Config { database, server, auth, keys, worker, channels, log })
+        let defaults = herald_domain::TestSendQuota::default();
+        let per_minute =
+            in_range("test_send.per_minute", self.test_send.per_minute.unwrap_or(defaults.per_minute), 1, 1000)?;
+        let per_day = in_range("test_send.per_day", self.test_send.per_day.unwrap_or(defaults.per_day), 1, 100_000)?;
+        if per_day < per_minute {
+            return Err(ConfigError::new("test_send.per_day", "must be at least test_send.per_minute"));
+        }
+        let test_send = herald_domain::TestSendQuota { per_minute, per_day };
+        Ok(Config { database, server, auth, keys, worker, channels, log, test_send })
     }
 }
 

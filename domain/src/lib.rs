@@ -17,6 +17,7 @@ pub mod digest;
 pub mod egress;
 pub mod finish;
 pub mod ids;
+pub mod quota;
 pub mod resolve;
 pub mod retry;
 pub mod submission;
@@ -34,6 +35,7 @@ pub use ids::{
     check_user_id, AttemptToken, ChannelName, EventKey, IdempotencyKey, NotificationId, TaskId, ThreadKey, UserId,
     UserIdProblem,
 };
+pub use quota::{decide_test_send, TestSendQuota};
 pub use resolve::{manual_decision, resolve_manually, resolve_manually_at, FinalState, NotParked};
 pub use retry::{Jitter, RetryPolicy};
 pub use task::{Action, Observation, Outcome, TaskSnapshot, TaskState, Transition};

@@ -62,6 +62,8 @@ pub struct ApiState {
     pub auth: Arc<Authenticator>,
     /// The configured channels with their rules, in configuration order.
     pub channels: Arc<ChannelTable>,
+    /// Test sends allowed per (user, channel).
+    pub test_send_quota: herald_domain::TestSendQuota,
     pub readiness: Arc<dyn Readiness>,
     /// `None`: `/metrics` answers an empty document.
     pub metrics: Option<PrometheusHandle>,
@@ -80,6 +82,7 @@ impl ApiState {
             cipher: Arc::clone(&self.cipher),
             clock: Arc::clone(&self.clock),
             channels: Arc::clone(&self.channels),
+            test_send_quota: self.test_send_quota,
         }
     }
 }

@@ -69,6 +69,7 @@ impl Mocks {
             clock: Arc::clone(&clock),
             auth: Arc::new(auth),
             channels: Arc::new(ChannelTable(vec![(ChannelName::new("push"), rules())])),
+            test_send_quota: herald_domain::TestSendQuota::default(),
             readiness: Arc::new(ClockReadiness(clock)),
             metrics: None,
             body_limit: 4096,

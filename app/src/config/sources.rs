@@ -115,7 +115,8 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
         | ("keys", _) => Type::Str,
         ("database", "max_connections")
         | ("server", "body_limit_bytes")
-        | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms") => Type::Int,
+        | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms")
+        | ("test_send", "per_minute" | "per_day") => Type::Int,
         ("auth", "service_tokens" | "admin_tokens") => Type::List,
         _ => return None,
     })

@@ -432,3 +432,13 @@ fn a_relative_file_named_by_a_variable_is_taken_from_the_configuration_folder() 
     let config = Config::load(Some(&path), env).expect("valid");
     assert_eq!(config.database.url.unwrap().expose_secret(), "postgres://from-file/db");
 }
+
+#[test]
+fn the_test_send_quota_has_defaults_and_bounds() {
+    assert_eq!(load("", &[]).expect("valid").test_send, herald_domain::TestSendQuota { per_minute: 1, per_day: 10 });
+    let config = load("[test_send]\nper_minute = 2\n", &[("HERALD__TEST_SEND__PER_DAY", "30")]).expect("valid");
+    assert_eq!(config.test_send, herald_domain::TestSendQuota { per_minute: 2, per_day: 30 });
+    refused("[test_send]\nper_minute = 0\n", &[], "test_send.per_minute", "between 1 and 1000");
+    refused("[test_send]\nper_minute = 5\nper_day = 2\n", &[], "test_send.per_day", "at least");
+    refused("[test_send]\nper_hour = 5\n", &[], "test_send.per_hour", "unknown field");
+}
