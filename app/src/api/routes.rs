@@ -473,6 +473,6 @@ pub async fn metrics(State(state): State<ApiState>) -> Response {
     get, path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "OpenAPI document", body = Object))
 )]
-pub async fn openapi() -> Response {
-    Json(super::openapi_document()).into_response()
+pub async fn openapi(State(state): State<ApiState>) -> Response {
+    Json(super::openapi_json(&state.channels)).into_response()
 }
