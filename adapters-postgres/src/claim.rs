@@ -217,7 +217,7 @@ async fn expire_holder(conn: &mut PgConnection, task: &TaskRow, now: Timestamp) 
 /// Locks the channel's egress row and decides whether a call may be reserved at `now`; records the
 /// reservation when it may. Channels without an interval skip the lock entirely. The row is the one
 /// place every worker process (and the test send) meets, so the interval holds across all of them.
-async fn egress(
+pub(crate) async fn egress(
     conn: &mut PgConnection,
     channel: &ChannelName,
     rules: &ChannelRules,

@@ -27,6 +27,7 @@ mod read;
 mod resolve;
 mod rows;
 mod store;
+mod test_send;
 mod transition;
 mod views;
 

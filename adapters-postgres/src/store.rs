@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use herald_domain::egress::EgressDecision;
+use herald_domain::quota::TestSendQuota;
 use herald_domain::resolve::FinalState;
 use herald_domain::{ChannelName, ChannelRules, EventKey, NotificationId, TaskId, Timestamp, UserId};
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, Created, EgressSlot, FinishRecord, FinishResult, GiveBack, InboxCursor,
     InboxItem, MarkRead, NewNotification, NotificationStore, NotificationView, OutcomeCount, ParkedFilter, ParkedTask,
-    ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
+    ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView, TestSendGrant,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection as _, PgConnection, PgPool};
@@ -18,7 +19,7 @@ use sqlx::{Connection as _, PgConnection, PgPool};
 use crate::clock::PgClock;
 use crate::convert::store_error;
 use crate::notify::TaskListener;
-use crate::{claim, create, finish, read, resolve, views};
+use crate::{claim, create, finish, read, resolve, test_send, views};
 
 /// The PostgreSQL store. Cheap to clone: it is a connection pool (two, when finishes get their own).
 #[derive(Clone, Debug)]
@@ -189,6 +190,17 @@ impl NotificationStore for PgStore {
         now: Timestamp,
     ) -> Result<EgressDecision, StoreError> {
         claim::reserve_egress(&self.pool, channel, rules, now).await
+    }
+
+    async fn reserve_test_send(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        rules: &ChannelRules,
+        quota: TestSendQuota,
+        now: Timestamp,
+    ) -> Result<TestSendGrant, StoreError> {
+        test_send::reserve_test_send(&self.pool, user, channel, rules, quota, now).await
     }
 
     #[tracing::instrument(skip_all, fields(task_id = %task))]

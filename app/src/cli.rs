@@ -14,7 +14,6 @@ use herald_domain::{TaskId, UserId};
 use herald_ports::{ResolveError, TaskView};
 use secrecy::ExposeSecret;
 
-use crate::api::Authenticator;
 use crate::compose::{self, Services};
 use crate::config::{Config, ConfigError, LogFormat};
 use crate::usecases;
@@ -143,11 +142,47 @@ pub enum KeysCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
-    /// Print the bearer token of one user (signed with `auth.user_token_secret`).
+    /// Print the bearer token of one user, signed with the first of `auth.user_token_keys` (or
+    /// `auth.user_token_secret`). It expires after `--ttl` (default 24h).
     User {
-        #[arg(value_name = "USER_ID")]
+        /// ASCII letters, digits and . _ - @ : + (1 to 128 characters).
+        #[arg(value_name = "USER_ID", value_parser = parse_user_id)]
         user_id: String,
+        /// How long the token is valid: a number with s, m, h or d (e.g. 30m, 1h, 7d); at most 366d.
+        #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_ttl)]
+        ttl: std::time::Duration,
     },
+}
+
+/// `USER_ID`: the user-id rule of the domain (`herald_domain::check_user_id`); clap names the argument.
+fn parse_user_id(text: &str) -> Result<String, String> {
+    herald_domain::check_user_id(text).map(|()| text.to_owned()).map_err(|problem| problem.to_string())
+}
+
+/// `--ttl`: a whole number followed by `s`, `m`, `h` or `d`, from 1 s to 366 days.
+///
+/// # Errors
+/// What is wrong with it, in words.
+pub fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
+    let unit = text.chars().last().ok_or("must be a number followed by s, m, h or d (e.g. 1h)")?;
+    let scale = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return Err("must be a number followed by s, m, h or d (e.g. 1h)".to_owned()),
+    };
+    let number = &text[..text.len() - 1];
+    let n: u64 = number
+        .parse()
+        .ok()
+        .filter(|_| !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or("must be a number followed by s, m, h or d (e.g. 1h)")?;
+    let ttl = std::time::Duration::from_secs(n.saturating_mul(scale));
+    if ttl.is_zero() || ttl > crate::api::auth::MAX_USER_TOKEN_TTL {
+        return Err("must be between 1s and 366d".to_owned());
+    }
+    Ok(ttl)
 }
 
 /// Loads the configuration, mapping every failure to a [`ConfigError`] (exit status 2).
@@ -203,11 +238,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let config = load_config(&cli)?;
     match cli.command {
-        Command::Token(TokenCommand::User { user_id }) => {
+        Command::Token(TokenCommand::User { user_id, ttl }) => {
             let auth = config.require_auth("token user")?;
-            let authenticator =
-                Authenticator::new(&auth.service_tokens, &auth.admin_tokens, auth.user_token_secret.clone());
-            println!("{}", authenticator.user_token(&user_id).expose_secret());
+            let authenticator = auth.authenticator();
+            println!("{}", authenticator.user_token_for(&user_id, ttl).expose_secret());
             Ok(())
         }
         Command::Migrate => {

@@ -18,6 +18,8 @@ use herald_postgres::PgStore;
 use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::ExposeSecret as _;
 
+use herald_domain::TestSendQuota;
+
 use crate::api::{ApiState, Authenticator, Readiness};
 use crate::config::{Config, ConfigError, WorkerSettings};
 use crate::worker::{Worker, WorkerConfig};
@@ -32,6 +34,8 @@ pub struct Services {
     pub clock: Arc<dyn Clock>,
     /// The configured channels with their rules, in configuration order.
     pub channels: Arc<ChannelTable>,
+    /// Test sends allowed per (user, channel).
+    pub test_send_quota: TestSendQuota,
 }
 
 impl Services {
@@ -47,7 +51,22 @@ impl Services {
         S: NotificationStore + PreferenceStore + 'static,
     {
         let channels = channel_table(registry.as_ref());
-        Services { store: store.clone(), prefs: store, registry, cipher, clock, channels: Arc::new(channels) }
+        Services {
+            store: store.clone(),
+            prefs: store,
+            registry,
+            cipher,
+            clock,
+            channels: Arc::new(channels),
+            test_send_quota: TestSendQuota::default(),
+        }
+    }
+
+    /// With another test-send quota (`[test_send]`).
+    #[must_use]
+    pub fn with_test_send_quota(mut self, quota: TestSendQuota) -> Services {
+        self.test_send_quota = quota;
+        self
     }
 
     /// Replaces the notification store, keeping everything else (tests that wrap the store to inject
@@ -82,7 +101,8 @@ impl Services {
                 .context("database.url")?;
         }
         let clock: Arc<dyn Clock> = Arc::new(store.clock());
-        let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock);
+        let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock)
+            .with_test_send_quota(config.test_send);
         Ok((store, services))
     }
 
@@ -99,6 +119,7 @@ impl Services {
             cipher: Arc::clone(&self.cipher),
             clock,
             channels: Arc::clone(&self.channels),
+            test_send_quota: self.test_send_quota,
         }
     }
 
@@ -142,6 +163,7 @@ impl Services {
             clock: Arc::clone(&self.clock),
             auth,
             channels: Arc::clone(&self.channels),
+            test_send_quota: self.test_send_quota,
             readiness,
             metrics,
             body_limit,

@@ -38,6 +38,8 @@ use figment::value::{Dict, Value};
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
 use secrecy::{ExposeSecret, SecretString};
+
+use crate::api::auth::{valid_key_id, UserTokenKey, LEGACY_USER_KEY_ID};
 use serde::Deserialize;
 
 pub mod production;
@@ -104,7 +106,31 @@ pub struct ServerConfig {
 pub struct AuthConfig {
     pub service_tokens: Vec<SecretString>,
     pub admin_tokens: Vec<SecretString>,
-    pub user_token_secret: SecretString,
+    /// `auth.user_token_keys` in order (the first signs user tokens, all verify), or the one key of
+    /// `auth.user_token_secret` under the id `default`.
+    pub user_token_keys: Vec<crate::api::auth::UserTokenKey>,
+}
+
+impl AuthConfig {
+    /// The configuration key naming user-token key `i` in errors.
+    #[must_use]
+    pub fn user_key_name(&self, i: usize) -> String {
+        if self.user_token_keys.len() == 1 && self.user_token_keys[0].id == crate::api::auth::LEGACY_USER_KEY_ID {
+            "auth.user_token_secret".to_owned()
+        } else {
+            format!("auth.user_token_keys[{i}]")
+        }
+    }
+
+    /// The authenticator of these tokens and keys.
+    #[must_use]
+    pub fn authenticator(&self) -> crate::api::Authenticator {
+        crate::api::Authenticator::with_user_keys(
+            &self.service_tokens,
+            &self.admin_tokens,
+            self.user_token_keys.clone(),
+        )
+    }
 }
 
 #[derive(Debug)]
@@ -162,6 +188,8 @@ pub struct Config {
     pub worker: WorkerSettings,
     pub channels: Vec<ChannelConfig>,
     pub log: LogConfig,
+    /// `[test_send]`: test sends per (user, channel) — `per_minute` (default 1), `per_day` (default 10).
+    pub test_send: herald_domain::TestSendQuota,
 }
 
 impl Config {
@@ -256,6 +284,16 @@ struct RawAuth {
     admin_tokens_file: Option<PathBuf>,
     user_token_secret: Option<String>,
     user_token_secret_file: Option<PathBuf>,
+    user_token_keys: Option<Vec<RawUserKey>>,
+}
+
+/// One entry of `auth.user_token_keys`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUserKey {
+    id: Option<String>,
+    secret: Option<String>,
+    secret_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -292,6 +330,15 @@ struct RawConfig {
     channel: Vec<Value>,
     #[serde(default)]
     log: RawLog,
+    #[serde(default)]
+    test_send: RawTestSend,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTestSend {
+    per_minute: Option<u32>,
+    per_day: Option<u32>,
 }
 
 fn read_secret_file(key: &str, path: &Path, base: &Path) -> Result<String> {
@@ -364,17 +411,62 @@ impl RawAuth {
         if both {
             return Err(ConfigError::new("auth.admin_tokens", "a token is also listed in auth.service_tokens"));
         }
-        let secret =
-            secret("auth", "user_token_secret", self.user_token_secret, self.user_token_secret_file.as_deref(), base)?
-                .ok_or_else(|| ConfigError::new("auth.user_token_secret", "is required when [auth] is given"))?;
+        let legacy =
+            secret("auth", "user_token_secret", self.user_token_secret, self.user_token_secret_file.as_deref(), base)?;
+        let user_token_keys = match (legacy, self.user_token_keys) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "auth.user_token_keys",
+                    "is given together with auth.user_token_secret; give one (a list's first key signs)",
+                ))
+            }
+            (Some(secret), None) => {
+                if secret.len() < MIN_USER_TOKEN_SECRET_BYTES {
+                    return Err(ConfigError::new(
+                        "auth.user_token_secret",
+                        format!("must be at least {MIN_USER_TOKEN_SECRET_BYTES} bytes long"),
+                    ));
+                }
+                vec![UserTokenKey { id: LEGACY_USER_KEY_ID.to_owned(), secret: SecretString::from(secret) }]
+            }
+            (None, Some(list)) => user_keys(list, base)?,
+            (None, None) => {
+                return Err(ConfigError::new(
+                    "auth.user_token_secret",
+                    "is required when [auth] is given (or auth.user_token_keys)",
+                ))
+            }
+        };
+        Ok(AuthConfig { service_tokens, admin_tokens, user_token_keys })
+    }
+}
+
+/// `auth.user_token_keys`: at least one, ids unique and token-safe, each secret long enough.
+fn user_keys(list: Vec<RawUserKey>, base: &Path) -> Result<Vec<UserTokenKey>> {
+    if list.is_empty() {
+        return Err(ConfigError::new("auth.user_token_keys", "must list at least one key (the first signs)"));
+    }
+    let mut keys: Vec<UserTokenKey> = Vec::with_capacity(list.len());
+    for (i, raw) in list.into_iter().enumerate() {
+        let name = format!("auth.user_token_keys[{i}]");
+        let id = raw.id.ok_or_else(|| ConfigError::new(format!("{name}.id"), "is required"))?;
+        if !valid_key_id(&id) {
+            return Err(ConfigError::new(format!("{name}.id"), "must be 1 to 32 ASCII letters, digits, - or _"));
+        }
+        if keys.iter().any(|k| k.id == id) {
+            return Err(ConfigError::new(format!("{name}.id"), "is listed twice"));
+        }
+        let secret = secret(&name, "secret", raw.secret, raw.secret_file.as_deref(), base)?
+            .ok_or_else(|| ConfigError::new(format!("{name}.secret"), "is required (or secret_file)"))?;
         if secret.len() < MIN_USER_TOKEN_SECRET_BYTES {
             return Err(ConfigError::new(
-                "auth.user_token_secret",
+                format!("{name}.secret"),
                 format!("must be at least {MIN_USER_TOKEN_SECRET_BYTES} bytes long"),
             ));
         }
-        Ok(AuthConfig { service_tokens, admin_tokens, user_token_secret: SecretString::from(secret) })
+        keys.push(UserTokenKey { id, secret: SecretString::from(secret) });
     }
+    Ok(keys)
 }
 
 fn resolve_keys(mut table: Dict, base: &Path) -> Result<KeysConfig> {
@@ -562,7 +654,15 @@ impl RawConfig {
         }
         let log = LogConfig { format: self.log.format.unwrap_or_default(), level };
 
-        Ok(Config { database, server, auth, keys, worker, channels, log })
+        let defaults = herald_domain::TestSendQuota::default();
+        let per_minute =
+            in_range("test_send.per_minute", self.test_send.per_minute.unwrap_or(defaults.per_minute), 1, 1000)?;
+        let per_day = in_range("test_send.per_day", self.test_send.per_day.unwrap_or(defaults.per_day), 1, 100_000)?;
+        if per_day < per_minute {
+            return Err(ConfigError::new("test_send.per_day", "must be at least test_send.per_minute"));
+        }
+        let test_send = herald_domain::TestSendQuota { per_minute, per_day };
+        Ok(Config { database, server, auth, keys, worker, channels, log, test_send })
     }
 }
 

@@ -59,7 +59,9 @@ listen = "127.0.0.1:8090"
 [auth]
 service_tokens_file = "secrets/service-tokens"   # submit notifications and events
 admin_tokens_file = "secrets/admin-tokens"       # review and resolve parked tasks, act for any user
-user_token_secret_file = "secrets/user-token-secret"   # signs user tokens (herald token user USER_ID)
+# Sign user tokens (herald token user USER_ID --ttl 1h): the first key signs, every listed key verifies;
+# to rotate, put a new key first and remove the old one once the tokens it signed have expired.
+user_token_keys = [{{ id = "k1", secret_file = "secrets/user-token-secret" }}]
 
 [keys]
 current = "k1"

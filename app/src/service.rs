@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::api::{self, Authenticator};
+use crate::api;
 use crate::compose::{PgReadiness, Services};
 use crate::config::Config;
 
@@ -49,7 +49,7 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
     crate::config::production::check(&config, with_api)?;
     let authenticator = if with_api {
         let auth = config.require_auth(command)?;
-        Some(Authenticator::new(&auth.service_tokens, &auth.admin_tokens, auth.user_token_secret.clone()))
+        Some(auth.authenticator())
     } else {
         None
     };

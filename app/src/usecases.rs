@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use herald_domain::resolve::FinalState;
 use herald_domain::{
-    slot_kept, ChannelName, EgressDecision, IdempotencyKey, Millis, NotificationId, Observation, Outcome, TaskId,
-    Timestamp, UserId,
+    slot_kept, ChannelName, IdempotencyKey, Millis, NotificationId, Observation, Outcome, TaskId, Timestamp, UserId,
 };
 use herald_ports::{
     Channel, ChannelPref, DestinationCipher, InboxCursor, InboxItem, MarkRead, NotificationView, OutboundMessage,
     OutcomeCount, ParkedFilter, ParkedTask, PreferenceStore, ResolveError, Resolved, StoreError, TaskCount, TaskView,
+    TestSendGrant,
 };
 use std::sync::Arc;
 
@@ -265,9 +265,13 @@ pub enum TestSendError {
     UnknownChannel,
     #[error("no destination is stored for this channel")]
     NoDestination,
-    /// The channel's egress interval does not allow a call for this long.
+    /// Real deliveries come first: the channel's egress interval does not allow a test call for this long
+    /// (a delivery is due, or the next slot is not free).
     #[error("too soon for this channel")]
     TooSoon(Millis),
+    /// The user's test sends on this channel are spent for this long (`[test_send]`).
+    #[error("the test-send quota is spent")]
+    QuotaExceeded(Millis),
     #[error("no accepted test send to the stored destination")]
     NothingToConfirm,
     #[error("the stored destination cannot be decrypted")]
@@ -309,14 +313,18 @@ pub async fn test_send(services: &Services, user: &UserId, channel: &ChannelName
     // As in the worker: measured from before the clock is read, so the slot's age is never understated.
     let clock_read = Instant::now();
     let now = services.clock.now().await?;
-    if let EgressDecision::DeferUntil(until) = services.store.reserve_egress(channel, &rules, now).await? {
-        return Err(TestSendError::TooSoon(until.since(now)));
+    match services.store.reserve_test_send(user, channel, &rules, services.test_send_quota, now).await? {
+        TestSendGrant::Go => {}
+        TestSendGrant::QuotaExceeded(wait) => return Err(TestSendError::QuotaExceeded(wait)),
+        TestSendGrant::ChannelBusy(wait) => return Err(TestSendError::TooSoon(wait)),
     }
     let destination = services.cipher.decrypt(user, channel, &stored).map_err(|error| {
         tracing::error!(%error, "test send: destination could not be decrypted");
         TestSendError::Undecryptable
     })?;
-    let reference = format!("test-{user}-{channel}-{}", now.as_millis());
+    // Random: a reference made of the user id and the time would tell the channel (and anyone reading
+    // its logs) who pressed "test" and when.
+    let reference = format!("test-{}", uuid::Uuid::new_v4());
     let message = OutboundMessage {
         idempotency_key: IdempotencyKey::for_test_send(&reference),
         reference: reference.clone(),

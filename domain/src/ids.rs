@@ -54,6 +54,57 @@ string_id!(
     ThreadKey
 );
 
+/// The longest user id accepted, in characters.
+pub const MAX_USER_ID_CHARS: usize = 128;
+
+/// The characters a user id may use besides ASCII letters and digits.
+pub const USER_ID_PUNCTUATION: &str = "._-@:+";
+
+/// The user-id rule as a regular expression (the API's documented `pattern`).
+pub const USER_ID_PATTERN: &str = "^[A-Za-z0-9._@:+-]{1,128}$";
+
+/// Why a text is not a user id. Its words never repeat the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UserIdProblem {
+    #[error("must not be empty")]
+    Empty,
+    #[error("must be at most {MAX_USER_ID_CHARS} characters")]
+    TooLong,
+    /// The 1-based position of the first character outside the set.
+    #[error("must use only ASCII letters, digits and . _ - @ : + (character {0} is not one of them)")]
+    Character(usize),
+}
+
+/// Whether `text` is a user id: 1 to 128 characters, each an ASCII letter, a digit or one of `. _ - @ : +`.
+///
+/// A closed, printable set: no whitespace (at the ends or anywhere), no control, zero-width, bidi or other
+/// invisible characters, no look-alikes from other scripts, and nothing that changes a URL path (`/`, `%`,
+/// `?`, `#`) — a user id is a path segment of the API and appears in the console and the logs as it is.
+/// E-mail addresses, UUIDs, numbers and `tenant:42`-style ids fit.
+///
+/// # Errors
+/// The first problem found, in the order: empty, too long, a character outside the set.
+pub fn check_user_id(text: &str) -> Result<(), UserIdProblem> {
+    if text.is_empty() {
+        return Err(UserIdProblem::Empty);
+    }
+    if let Some((at, _)) = text.chars().enumerate().find(|(_, c)| !user_id_char(*c)) {
+        // A long text is judged by length first only when every character is allowed, so the answer
+        // names the character that would still be wrong after shortening it.
+        return Err(UserIdProblem::Character(at + 1));
+    }
+    if text.len() > MAX_USER_ID_CHARS {
+        return Err(UserIdProblem::TooLong);
+    }
+    Ok(())
+}
+
+/// One character of the user-id set.
+#[must_use]
+pub fn user_id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || USER_ID_PUNCTUATION.contains(c)
+}
+
 macro_rules! int_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*

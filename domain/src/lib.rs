@@ -17,6 +17,7 @@ pub mod digest;
 pub mod egress;
 pub mod finish;
 pub mod ids;
+pub mod quota;
 pub mod resolve;
 pub mod retry;
 pub mod submission;
@@ -30,7 +31,11 @@ pub use contract::{
 pub use digest::{decide_digest, DigestDecision, DigestRule, OpenDigest};
 pub use egress::{decide_egress, default_guard, deferral, give_back, slot_kept, EgressDecision};
 pub use finish::{finish, FinishContext};
-pub use ids::{AttemptToken, ChannelName, EventKey, IdempotencyKey, NotificationId, TaskId, ThreadKey, UserId};
+pub use ids::{
+    check_user_id, AttemptToken, ChannelName, EventKey, IdempotencyKey, NotificationId, TaskId, ThreadKey, UserId,
+    UserIdProblem,
+};
+pub use quota::{decide_test_send, TestSendQuota};
 pub use resolve::{manual_decision, resolve_manually, resolve_manually_at, FinalState, NotParked};
 pub use retry::{Jitter, RetryPolicy};
 pub use task::{Action, Observation, Outcome, TaskSnapshot, TaskState, Transition};

@@ -19,5 +19,5 @@ pub use store::{
     AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, EgressSlot, FinishRecord, FinishResult,
     InboxChannel, InboxCursor, InboxItem, MarkRead, Merged, NewNotification, NotificationStore, NotificationView,
     OutcomeCount, ParkedFilter, ParkedTask, ResolveError, Resolved, Settled, StoreError, StoredSubmission, TaskCount,
-    TaskSummary, TaskView,
+    TaskSummary, TaskView, TestSendGrant,
 };

@@ -135,6 +135,18 @@ pub struct ClaimRequest {
     pub channels: ChannelTable,
 }
 
+/// The answer to a test send's reservation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestSendGrant {
+    /// The slot is taken and the press recorded: call the channel.
+    Go,
+    /// The (user, channel) quota is spent; it allows another press after this long.
+    QuotaExceeded(Millis),
+    /// Real deliveries come first: one is due on this rate-limited channel, or its next slot is not free;
+    /// try again after this long.
+    ChannelBusy(Millis),
+}
+
 /// A task the caller now holds and must call the channel for, then finish.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimedTask {
@@ -440,6 +452,27 @@ pub trait NotificationStore: Send + Sync {
         rules: &ChannelRules,
         now: Timestamp,
     ) -> Result<EgressDecision, StoreError>;
+
+    /// SPEC §9: reserves one test send of `user` on `channel` at `now`: the per-(user, channel) `quota`
+    /// first (refused: nothing written), then, on a channel with an egress interval, behind every real
+    /// delivery — a delivery due on the channel, or a slot not free yet, refuses it (nothing written, the
+    /// press does not count) — else the slot is taken and the press recorded.
+    ///
+    /// The default, for stores without a quota (test doubles), is the plain egress reservation.
+    async fn reserve_test_send(
+        &self,
+        user: &UserId,
+        channel: &ChannelName,
+        rules: &ChannelRules,
+        quota: herald_domain::quota::TestSendQuota,
+        now: Timestamp,
+    ) -> Result<TestSendGrant, StoreError> {
+        let _ = (user, quota);
+        Ok(match self.reserve_egress(channel, rules, now).await? {
+            EgressDecision::Go => TestSendGrant::Go,
+            EgressDecision::DeferUntil(until) => TestSendGrant::ChannelBusy(until.since(now)),
+        })
+    }
 
     /// SPEC §3/§6: the human exit; succeeds only from parked, once.
     async fn resolve_manually(

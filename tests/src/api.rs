@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use herald_app::api::{self, Authenticator};
 use herald_app::compose::PgReadiness;
+use herald_domain::TestSendQuota;
 use metrics_exporter_prometheus::PrometheusHandle;
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
@@ -22,6 +23,10 @@ use crate::world::World;
 pub const SERVICE_TOKEN: &str = "test-service-token-0123456789-abcdef";
 /// The admin token the test API accepts (review, resolve, any user).
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789-abcdefgh";
+/// The test-send quota of [`Api::start`]: tests about other things press "test" several times a minute;
+/// the quota itself is proved with production's default ([`Api::start_with_quota`]).
+pub const GENEROUS_QUOTA: TestSendQuota = TestSendQuota { per_minute: 1000, per_day: 1000 };
+
 const USER_TOKEN_SECRET: &str = "test user token secret, long enough";
 
 /// The process-wide Prometheus handle. A process can install one recorder only, so every test of a
@@ -129,7 +134,7 @@ impl Api {
     /// # Errors
     /// When no port can be bound.
     pub async fn start_with_limit(world: &World, body_limit: usize) -> anyhow::Result<Api> {
-        Self::start_bounded(world, body_limit, api::limits::Limits::default()).await
+        Self::start_with(world, body_limit, GENEROUS_QUOTA, api::limits::Limits::default()).await
     }
 
     /// As [`Api::start`], with these bounds on every client (timeouts, load shedding, rate per token), as
@@ -138,12 +143,29 @@ impl Api {
     /// # Errors
     /// When no port can be bound.
     pub async fn start_bounded(world: &World, body_limit: usize, limits: api::limits::Limits) -> anyhow::Result<Api> {
+        Self::start_with(world, body_limit, GENEROUS_QUOTA, limits).await
+    }
+
+    /// As [`Api::start`], with the test-send quota `quota` (`TestSendQuota::default()` is production's).
+    ///
+    /// # Errors
+    /// When no port can be bound.
+    pub async fn start_with_quota(world: &World, quota: TestSendQuota) -> anyhow::Result<Api> {
+        Self::start_with(world, api::DEFAULT_BODY_LIMIT, quota, api::limits::Limits::default()).await
+    }
+
+    async fn start_with(
+        world: &World,
+        body_limit: usize,
+        quota: TestSendQuota,
+        limits: api::limits::Limits,
+    ) -> anyhow::Result<Api> {
         let auth = Arc::new(Authenticator::new(
             &[SecretString::from(SERVICE_TOKEN)],
             &[SecretString::from(ADMIN_TOKEN)],
             SecretString::from(USER_TOKEN_SECRET),
         ));
-        let state = world.services().api_state(
+        let state = world.services().with_test_send_quota(quota).api_state(
             auth.clone(),
             Arc::new(PgReadiness(world.db.store.clone())),
             Some(metrics_handle()),
@@ -171,6 +193,12 @@ impl Api {
     #[must_use]
     pub fn user_token(&self, user: &str) -> String {
         self.auth.user_token(user).expose_secret().to_owned()
+    }
+
+    /// A bearer token of `user` that expires at `expires` (Unix seconds).
+    #[must_use]
+    pub fn user_token_until(&self, user: &str, expires: u64) -> String {
+        self.auth.user_token_until(user, expires).expose_secret().to_owned()
     }
 
     /// A request with an optional bearer token and an optional JSON body.

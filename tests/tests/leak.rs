@@ -197,6 +197,8 @@ async fn a_planted_destination_appears_in_no_log_error_response_or_row() -> anyh
         clock: world.clock.clone(),
         auth: Arc::new(auth),
         channels: Arc::new(table),
+        // The quota is not what this test is about (it/test_send.rs proves it): no press is refused by it.
+        test_send_quota: herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 },
         readiness: Arc::new(ClockReadiness(world.clock.clone())),
         metrics: None,
         body_limit: DEFAULT_BODY_LIMIT,
@@ -456,6 +458,7 @@ async fn planted_email_and_webpush_destinations_appear_in_no_log_error_response_
         clock: world.clock.clone(),
         auth: Arc::new(auth),
         channels: Arc::new(world.table()),
+        test_send_quota: herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 },
         readiness: Arc::new(ClockReadiness(world.clock.clone())),
         metrics: None,
         body_limit: DEFAULT_BODY_LIMIT,

@@ -1,8 +1,14 @@
 //! Bearer authentication (SPEC §11): service tokens submit, admin tokens review and resolve, user tokens
-//! (signed user ids) reach one user's own resources.
+//! (signed, expiring user ids) reach one user's own resources.
 //!
-//! Tokens are compared as SHA-256 digests with `subtle`, so neither the content nor the length of a
-//! configured token leaks through timing. No token, digest or MAC is ever logged or echoed.
+//! Service and admin tokens are compared as SHA-256 digests with `subtle`, so neither the content nor the
+//! length of a configured token leaks through timing. A user token is
+//! `u2.{key id}.{base64url(user id)}.{expiry, Unix seconds}.{base64url(HMAC-SHA256)}`: the key id names
+//! which of `auth.user_token_keys` signed it — the first key signs, every listed key verifies, so keys
+//! rotate with an overlap — and the MAC covers the key id, the user and the expiry. No token, digest or
+//! MAC is ever logged or echoed.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
@@ -20,7 +26,14 @@ use super::ApiState;
 type HmacSha256 = Hmac<Sha256>;
 
 /// Domain separation for the user-token MAC, so the secret cannot be abused to sign anything else.
-const USER_TOKEN_CONTEXT: &[u8] = b"herald user token v1\0";
+const USER_TOKEN_CONTEXT: &[u8] = b"herald user token v2\0";
+
+/// How long a user token lives when `--ttl` is not given: one day.
+pub const DEFAULT_USER_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The longest life a user token may be given: a year.
+pub const MAX_USER_TOKEN_TTL: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The key id of the single key given as `auth.user_token_secret` (the form before key lists).
+pub const LEGACY_USER_KEY_ID: &str = "default";
 
 /// Who is calling, as proven by the bearer token.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,11 +43,42 @@ pub enum Caller {
     User(String),
 }
 
+/// Why a user token was refused. The words name no secret and no part of the token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserTokenError {
+    /// Not a user token of this format, or its MAC does not verify.
+    Invalid,
+    /// Signed under a key id that is not (or no longer) configured.
+    UnknownKey,
+    /// Its MAC verifies but its expiry (Unix seconds) has passed.
+    Expired(u64),
+}
+
+/// One user-token key: its id (in every token it signs) and its secret.
+#[derive(Clone)]
+pub struct UserTokenKey {
+    pub id: String,
+    pub secret: SecretString,
+}
+
+impl std::fmt::Debug for UserTokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserTokenKey").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+/// Whether `id` may name a user-token key: 1 to 32 ASCII letters, digits, `-` or `_` (it travels in tokens).
+#[must_use]
+pub fn valid_key_id(id: &str) -> bool {
+    (1..=32).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// The verified token material, built once from the `[auth]` configuration.
 pub struct Authenticator {
     service: Vec<[u8; 32]>,
     admin: Vec<[u8; 32]>,
-    user_secret: SecretString,
+    /// The first signs; all verify.
+    user_keys: Vec<UserTokenKey>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -42,6 +86,7 @@ impl std::fmt::Debug for Authenticator {
         f.debug_struct("Authenticator")
             .field("service_tokens", &self.service.len())
             .field("admin_tokens", &self.admin.len())
+            .field("user_token_keys", &self.user_keys.iter().map(|k| k.id.as_str()).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -55,69 +100,159 @@ fn matches_any(candidate: &[u8; 32], configured: &[[u8; 32]]) -> bool {
     configured.iter().fold(subtle::Choice::from(0), |found, known| found | known.ct_eq(candidate)).into()
 }
 
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 impl Authenticator {
+    /// One user-token key, `user_token_secret`, under the id [`LEGACY_USER_KEY_ID`].
     #[must_use]
     pub fn new(
         service_tokens: &[SecretString],
         admin_tokens: &[SecretString],
         user_token_secret: SecretString,
     ) -> Self {
-        let hash = |tokens: &[SecretString]| tokens.iter().map(|t| digest(t.expose_secret().as_bytes())).collect();
-        Authenticator { service: hash(service_tokens), admin: hash(admin_tokens), user_secret: user_token_secret }
+        Self::with_user_keys(
+            service_tokens,
+            admin_tokens,
+            vec![UserTokenKey { id: LEGACY_USER_KEY_ID.to_owned(), secret: user_token_secret }],
+        )
     }
 
-    fn mac(&self, user_id: &str) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(self.user_secret.expose_secret().as_bytes())
-            .expect("HMAC takes keys of any length");
+    /// `user_keys` in order: the first signs new user tokens, every one verifies.
+    ///
+    /// # Panics
+    /// When `user_keys` is empty (the configuration refuses that).
+    #[must_use]
+    pub fn with_user_keys(
+        service_tokens: &[SecretString],
+        admin_tokens: &[SecretString],
+        user_keys: Vec<UserTokenKey>,
+    ) -> Self {
+        assert!(!user_keys.is_empty(), "at least one user-token key");
+        let hash = |tokens: &[SecretString]| tokens.iter().map(|t| digest(t.expose_secret().as_bytes())).collect();
+        Authenticator { service: hash(service_tokens), admin: hash(admin_tokens), user_keys }
+    }
+
+    fn mac(key: &UserTokenKey, user_id: &str, expires: u64) -> HmacSha256 {
+        let mut mac =
+            HmacSha256::new_from_slice(key.secret.expose_secret().as_bytes()).expect("HMAC takes keys of any length");
         mac.update(USER_TOKEN_CONTEXT);
+        mac.update(key.id.as_bytes());
+        mac.update(b"\0");
         mac.update(user_id.as_bytes());
+        mac.update(b"\0");
+        mac.update(expires.to_string().as_bytes());
         mac
     }
 
-    /// The bearer token of one user: `u.{base64url(user id)}.{base64url(HMAC-SHA256)}`. It does not expire;
-    /// changing `user_token_secret` revokes every user token at once.
+    /// The bearer token of one user, valid for `ttl` from now, signed by the first key.
     #[must_use]
-    pub fn user_token(&self, user_id: &str) -> SecretString {
-        let tag = self.mac(user_id).finalize().into_bytes();
-        SecretString::from(format!("u.{}.{}", URL_SAFE_NO_PAD.encode(user_id), URL_SAFE_NO_PAD.encode(tag)))
+    pub fn user_token_for(&self, user_id: &str, ttl: Duration) -> SecretString {
+        self.user_token_until(user_id, unix_now().saturating_add(ttl.as_secs()))
     }
 
-    /// The key that signs console session cookies (`crate::console::session`): derived from
-    /// `user_token_secret` under its own context, so it is the same in every process of one installation
-    /// and cannot be used to make user tokens (or the reverse).
+    /// The bearer token of one user for [`DEFAULT_USER_TOKEN_TTL`].
+    #[must_use]
+    pub fn user_token(&self, user_id: &str) -> SecretString {
+        self.user_token_for(user_id, DEFAULT_USER_TOKEN_TTL)
+    }
+
+    /// The bearer token of one user that expires at `expires` (Unix seconds).
+    #[must_use]
+    pub fn user_token_until(&self, user_id: &str, expires: u64) -> SecretString {
+        let key = &self.user_keys[0];
+        let tag = Self::mac(key, user_id, expires).finalize().into_bytes();
+        SecretString::from(format!(
+            "u2.{}.{}.{expires}.{}",
+            key.id,
+            URL_SAFE_NO_PAD.encode(user_id),
+            URL_SAFE_NO_PAD.encode(tag)
+        ))
+    }
+
+    /// The key that signs console session cookies (`crate::console::session`): derived from the signing
+    /// user-token key under its own context, so it is the same in every process of one installation and
+    /// cannot be used to make user tokens (or the reverse). Making another key first ends the sessions.
     #[must_use]
     pub fn console_key(&self) -> [u8; 32] {
-        let mut mac = HmacSha256::new_from_slice(self.user_secret.expose_secret().as_bytes())
+        let mut mac = HmacSha256::new_from_slice(self.user_keys[0].secret.expose_secret().as_bytes())
             .expect("HMAC takes keys of any length");
         mac.update(b"herald console session key v1\0");
         mac.finalize().into_bytes().into()
     }
 
-    fn verify_user_token(&self, token: &str) -> Option<String> {
-        let rest = token.strip_prefix("u.")?;
-        let (user_b64, tag_b64) = rest.split_once('.')?;
-        let user = String::from_utf8(URL_SAFE_NO_PAD.decode(user_b64).ok()?).ok()?;
-        let tag = URL_SAFE_NO_PAD.decode(tag_b64).ok()?;
-        self.mac(&user).verify_slice(&tag).ok()?;
-        Some(user)
+    /// Checks a user token at `now` (Unix seconds): the user id it names.
+    ///
+    /// # Errors
+    /// Why it is refused.
+    pub fn verify_user_token(&self, token: &str, now: u64) -> Result<String, UserTokenError> {
+        let rest = token.strip_prefix("u2.").ok_or(UserTokenError::Invalid)?;
+        let mut parts = rest.split('.');
+        let (Some(kid), Some(user_b64), Some(expires), Some(tag_b64), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(UserTokenError::Invalid);
+        };
+        let key = self.user_keys.iter().find(|k| k.id == kid).ok_or(UserTokenError::UnknownKey)?;
+        if expires.is_empty() || !expires.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(UserTokenError::Invalid);
+        }
+        let expires: u64 = expires.parse().map_err(|_| UserTokenError::Invalid)?;
+        let user = URL_SAFE_NO_PAD.decode(user_b64).ok().and_then(|b| String::from_utf8(b).ok());
+        let tag = URL_SAFE_NO_PAD.decode(tag_b64).map_err(|_| UserTokenError::Invalid)?;
+        let user = user.ok_or(UserTokenError::Invalid)?;
+        Self::mac(key, &user, expires).verify_slice(&tag).map_err(|_| UserTokenError::Invalid)?;
+        if expires <= now {
+            return Err(UserTokenError::Expired(expires));
+        }
+        Ok(user)
     }
 
-    /// Identifies the caller of a bearer token, or `None` when the token is not valid.
-    #[must_use]
-    pub fn identify(&self, token: &str) -> Option<Caller> {
-        if token.starts_with("u.") {
-            if let Some(user) = self.verify_user_token(token) {
-                return Some(Caller::User(user));
+    /// Identifies the caller of a bearer token now.
+    ///
+    /// # Errors
+    /// The refused user token's reason; any other unknown token is [`UserTokenError::Invalid`].
+    pub fn authenticate(&self, token: &str) -> Result<Caller, UserTokenError> {
+        if token.starts_with("u2.") {
+            match self.verify_user_token(token, unix_now()) {
+                Ok(user) => return Ok(Caller::User(user)),
+                Err(UserTokenError::Invalid) => {}
+                Err(other) => return Err(other),
             }
         }
         let candidate = digest(token.as_bytes());
         // Admin first: a token configured in both lists gets the wider role.
         if matches_any(&candidate, &self.admin) {
-            Some(Caller::Admin)
+            Ok(Caller::Admin)
         } else if matches_any(&candidate, &self.service) {
-            Some(Caller::Service)
+            Ok(Caller::Service)
         } else {
-            None
+            Err(UserTokenError::Invalid)
+        }
+    }
+
+    /// Identifies the caller of a bearer token, or `None` when the token is not valid (now).
+    #[must_use]
+    pub fn identify(&self, token: &str) -> Option<Caller> {
+        self.authenticate(token).ok()
+    }
+}
+
+impl From<UserTokenError> for Problem {
+    fn from(error: UserTokenError) -> Self {
+        match error {
+            UserTokenError::Invalid => Problem::unauthorized("the bearer token is not valid"),
+            UserTokenError::UnknownKey => Problem::unauthorized(
+                "the bearer token was signed by a key that is no longer accepted; ask for a new token",
+            ),
+            UserTokenError::Expired(at) => {
+                let at = i64::try_from(at).ok().and_then(|s| s.checked_mul(1000)).map_or_else(
+                    || at.to_string(),
+                    |ms| super::model::rfc3339(herald_domain::Timestamp::from_millis(ms)),
+                );
+                Problem::unauthorized(&format!("the bearer token expired at {at}; ask for a new token"))
+            }
         }
     }
 }
@@ -139,7 +274,7 @@ impl FromRequestParts<ApiState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
         let token = bearer(&parts.headers)?;
-        state.auth.identify(token).ok_or_else(|| Problem::unauthorized("the bearer token is not valid"))
+        state.auth.authenticate(token).map_err(Problem::from)
     }
 }
 
@@ -199,6 +334,10 @@ impl FromRequestParts<ApiState> for UserAccess {
 mod tests {
     use super::*;
 
+    fn key(id: &str, secret: &str) -> UserTokenKey {
+        UserTokenKey { id: id.to_owned(), secret: SecretString::from(secret) }
+    }
+
     fn auth() -> Authenticator {
         Authenticator::new(
             &[SecretString::from("service-token-1")],
@@ -225,12 +364,53 @@ mod tests {
         let other = Authenticator::new(&[], &[], SecretString::from("another secret entirely, same length"));
         assert_eq!(other.identify(token.expose_secret()), None);
 
-        // Swapping the user id while keeping the MAC must fail.
-        let forged =
-            format!("u.{}.{}", URL_SAFE_NO_PAD.encode("bob"), token.expose_secret().rsplit('.').next().unwrap());
+        // Swapping the user id (or the expiry) while keeping the MAC must fail.
+        let parts: Vec<&str> = token.expose_secret().split('.').collect();
+        let forged = format!("u2.{}.{}.{}.{}", parts[1], URL_SAFE_NO_PAD.encode("bob"), parts[3], parts[4]);
         assert_eq!(auth.identify(&forged), None);
-        assert_eq!(auth.identify("u.garbage"), None);
-        assert_eq!(auth.identify("u.!!.!!"), None);
+        let later = format!("u2.{}.{}.{}.{}", parts[1], parts[2], parts[3].parse::<u64>().unwrap() + 1, parts[4]);
+        assert_eq!(auth.identify(&later), None);
+        assert_eq!(auth.identify("u2.garbage"), None);
+        assert_eq!(auth.identify("u2.default.!!.1.!!"), None);
+        assert_eq!(auth.identify("u2.default.YQ.+1.AA"), None);
+    }
+
+    #[test]
+    fn a_token_expires_at_its_expiry() {
+        let auth = auth();
+        let token = auth.user_token_until("alice", 1_000);
+        assert_eq!(auth.verify_user_token(token.expose_secret(), 999), Ok("alice".to_owned()));
+        assert_eq!(auth.verify_user_token(token.expose_secret(), 1_000), Err(UserTokenError::Expired(1_000)));
+        assert_eq!(auth.identify(token.expose_secret()), None, "expired long ago");
+        let fresh = auth.user_token_for("alice", Duration::from_secs(3600));
+        assert_eq!(auth.identify(fresh.expose_secret()), Some(Caller::User("alice".into())));
+    }
+
+    #[test]
+    fn the_first_key_signs_and_every_key_verifies() {
+        let old = Authenticator::with_user_keys(&[], &[], vec![key("k1", "the first user token secret")]);
+        let rotated = Authenticator::with_user_keys(
+            &[],
+            &[],
+            vec![key("k2", "the second user token secret"), key("k1", "the first user token secret")],
+        );
+        let retired = Authenticator::with_user_keys(&[], &[], vec![key("k2", "the second user token secret")]);
+        let by_old = old.user_token("alice");
+        let by_new = rotated.user_token("alice");
+        assert!(by_new.expose_secret().starts_with("u2.k2."), "the first key signs");
+        assert_eq!(rotated.identify(by_old.expose_secret()), Some(Caller::User("alice".into())));
+        assert_eq!(retired.identify(by_new.expose_secret()), Some(Caller::User("alice".into())));
+        assert_eq!(retired.authenticate(by_old.expose_secret()), Err(UserTokenError::UnknownKey));
+        // A known key id with another key's MAC is not valid.
+        let relabelled = by_old.expose_secret().replacen("u2.k1.", "u2.k2.", 1);
+        assert_eq!(rotated.authenticate(&relabelled), Err(UserTokenError::Invalid));
+    }
+
+    #[test]
+    fn refusals_say_why_without_the_token() {
+        let expired = Problem::from(UserTokenError::Expired(1_000));
+        assert!(expired.detail.contains("expired at 1970-01-01T00:16:40.000Z"), "{}", expired.detail);
+        assert!(Problem::from(UserTokenError::UnknownKey).detail.contains("no longer accepted"));
     }
 
     #[test]

@@ -95,6 +95,8 @@ pub struct ApiState {
     pub auth: Arc<Authenticator>,
     /// The configured channels with their rules, in configuration order.
     pub channels: Arc<ChannelTable>,
+    /// Test sends allowed per (user, channel).
+    pub test_send_quota: herald_domain::TestSendQuota,
     pub readiness: Arc<dyn Readiness>,
     /// `None`: `/metrics` answers an empty document.
     pub metrics: Option<PrometheusHandle>,
@@ -113,6 +115,7 @@ impl ApiState {
             cipher: Arc::clone(&self.cipher),
             clock: Arc::clone(&self.clock),
             channels: Arc::clone(&self.channels),
+            test_send_quota: self.test_send_quota,
         }
     }
 }
@@ -265,8 +268,9 @@ impl utoipa::Modify for SecurityAddon {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "A service token (submit), an admin token (review, resolve, any user) or a user token \
-                         `u.{user}.{mac}` (that user's preferences and inbox; `herald token user USER_ID`).",
+                        "A service token (submit), an admin token (review, resolve, any user) or an expiring user \
+                         token `u2.{key id}.{user}.{expiry}.{mac}` (that user's preferences, inbox and \
+                         notifications; `herald token user USER_ID --ttl 1h`).",
                     ))
                     .build(),
             ),
@@ -298,10 +302,71 @@ impl utoipa::Modify for SecurityAddon {
 )]
 pub struct ApiDoc;
 
-/// The OpenAPI document served at `/openapi.json`.
+/// The OpenAPI document of the code (without what only the configuration knows).
 #[must_use]
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
+}
+
+/// The document served at `/openapi.json`: [`openapi_document`] completed with what every `/v1` operation
+/// shares — the problem statuses any of them can answer, the user-id rule of every `user_id` in a path or
+/// a recipient list (`herald_domain::ids::USER_ID_PATTERN`), and the configured channel names as the
+/// `channel` parameter's enum — so a client, or a fuzzer, knows every constraint the server enforces.
+#[must_use]
+pub fn openapi_json(channels: &ChannelTable) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let mut doc = serde_json::to_value(openapi_document()).unwrap_or(Value::Null);
+    let user_id = json!({"type": "string", "minLength": 1, "maxLength": herald_domain::ids::MAX_USER_ID_CHARS,
+        "pattern": herald_domain::ids::USER_ID_PATTERN});
+    let names: Vec<String> = channels.names().map(ToString::to_string).collect();
+    let problem = |words: &str| {
+        json!({"description": words,
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}})
+    };
+    let shared: [(&str, &str); 6] = [
+        ("401", "No valid bearer token: missing, malformed, expired, or signed by a key no longer accepted"),
+        ("403", "The token's role may not do this, or it is another user's token"),
+        ("404", "Not found; another user's notification answers the same"),
+        ("422", "Invalid fields or path parameters, each named in `errors`"),
+        ("429", "Too many requests; see `Retry-After`"),
+        ("503", "The store is unavailable; try again"),
+    ];
+    let with_body: [(&str, &str); 3] = [
+        ("400", "The body is not the JSON document this operation takes"),
+        ("413", "The body is larger than the server's limit"),
+        ("415", "The body is not `application/json`"),
+    ];
+    if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
+        for (path, item) in paths.iter_mut() {
+            if !path.starts_with("/v1/") {
+                continue;
+            }
+            let Some(item) = item.as_object_mut() else { continue };
+            for (method, operation) in item.iter_mut() {
+                let extra: &[(&str, &str)] = if method == "get" { &[] } else { &with_body };
+                if let Some(responses) = operation.get_mut("responses").and_then(Value::as_object_mut) {
+                    for (code, words) in shared.iter().chain(extra) {
+                        responses.entry((*code).to_owned()).or_insert_with(|| problem(words));
+                    }
+                }
+                let Some(parameters) = operation.get_mut("parameters").and_then(Value::as_array_mut) else {
+                    continue;
+                };
+                for parameter in parameters {
+                    match parameter.get("name").and_then(Value::as_str) {
+                        Some("user_id") => parameter["schema"] = user_id.clone(),
+                        Some("channel") => parameter["schema"] = json!({"type": "string", "enum": names}),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    if let Some(recipients) = doc.pointer_mut("/components/schemas/SubmitEvent/properties/recipients") {
+        recipients["items"] = user_id;
+        recipients["uniqueItems"] = Value::Bool(true);
+    }
+    doc
 }
 
 #[cfg(test)]

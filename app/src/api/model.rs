@@ -15,10 +15,11 @@ use utoipa::ToSchema;
 
 use super::problem::{FieldError, Problem};
 
-pub const MAX_USER_ID_CHARS: usize = 128;
+pub use herald_domain::ids::MAX_USER_ID_CHARS;
 pub const MAX_EVENT_KEY_CHARS: usize = 256;
 pub const MAX_THREAD_KEY_CHARS: usize = 256;
-pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// The longest body, in characters (as JSON Schema's `maxLength` counts them, so the document can state it).
+pub const MAX_BODY_CHARS: usize = 16 * 1024;
 pub const MAX_TTL_SECONDS: i64 = 30 * 24 * 3600;
 pub const MAX_ATTEMPTS: i64 = 20;
 pub const MAX_RECIPIENTS: usize = 1000;
@@ -50,6 +51,21 @@ impl Errors {
         self.optional_text(field, Some(value), max)
     }
 
+    /// A required user id of the documented set (`herald_domain::check_user_id`).
+    pub fn user_id<'a>(&mut self, field: &str, value: Option<&'a str>) -> Option<&'a str> {
+        let Some(value) = value else {
+            self.add(field, "is required");
+            return None;
+        };
+        match herald_domain::check_user_id(value) {
+            Ok(()) => Some(value),
+            Err(problem) => {
+                self.add(field, problem.to_string());
+                None
+            }
+        }
+    }
+
     pub fn optional_text<'a>(&mut self, field: &str, value: Option<&'a str>, max: usize) -> Option<&'a str> {
         let value = value?;
         if value.trim().is_empty() {
@@ -76,8 +92,8 @@ impl Errors {
                 self.add("body", "must not be empty");
                 None
             }
-            Some(body) if body.len() > MAX_BODY_BYTES => {
-                self.add("body", format!("must be at most {MAX_BODY_BYTES} bytes (UTF-8)"));
+            Some(body) if body.chars().count() > MAX_BODY_CHARS => {
+                self.add("body", format!("must be at most {MAX_BODY_CHARS} characters"));
                 None
             }
             // Line breaks are fine in a body; NUL is not storable as PostgreSQL text.
@@ -123,33 +139,79 @@ impl Errors {
     }
 }
 
+/// A whole number, also when written with a zero fraction (`3600.0`): JSON Schema's `integer` admits
+/// it, so the server does too. Anything else is refused with the field named (400).
+fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else { return Ok(None) };
+    if let Some(n) = number.as_i64() {
+        return Ok(Some(n));
+    }
+    match number.as_f64() {
+        // Beyond ±2^53 a float is not an exact integer any more; such values are out of every range here.
+        Some(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 =>
+        {
+            #[allow(clippy::cast_possible_truncation)]
+            Ok(Some(f as i64))
+        }
+        _ => Err(serde::de::Error::custom(format!("invalid value: {number}, expected a whole number"))),
+    }
+}
+
 /// `POST /v1/notifications`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitNotification {
     /// The business service's id of the user, at most 128 characters.
-    #[schema(required = true, max_length = 128, example = "user-42")]
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[A-Za-z0-9._@:+-]{1,128}$",
+        example = "user-42"
+    )]
     pub user_id: Option<String>,
     /// The business key of the event; `(user_id, event_key)` is deduplicated. At most 256 characters.
-    #[schema(required = true, max_length = 256, example = "order-1001-shipped")]
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$",
+        example = "order-1001-shipped"
+    )]
     pub event_key: Option<String>,
-    /// The text shown in the inbox, at most 16 KiB.
-    #[schema(required = true, example = "Your order ord-1001 has shipped")]
+    /// The text shown in the inbox: 1 to 16384 characters, not blank, no NUL.
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 16384,
+        pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$",
+        example = "Your order ord-1001 has shipped"
+    )]
     pub body: Option<String>,
     /// Time to live; an attempt after it is not made. 1 second to 30 days.
-    #[schema(required = true, minimum = 1, maximum = 2592000, example = 3600)]
+    #[schema(required = true, nullable = false, minimum = 1, maximum = 2592000, example = 3600)]
+    #[serde(default, deserialize_with = "whole_number")]
     pub ttl_seconds: Option<i64>,
     /// Overrides the channels' attempt budgets, 1 to 20.
     #[schema(minimum = 1, maximum = 20)]
+    #[serde(default, deserialize_with = "whole_number")]
     pub max_attempts: Option<i64>,
     /// Groups notifications of one subject for digests, at most 256 characters.
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     pub thread_key: Option<String>,
 }
 
 impl SubmitNotification {
     pub fn validate(&self) -> Result<NewNotification, Problem> {
         let mut errors = Errors::default();
-        let user = errors.text("user_id", self.user_id.as_deref(), MAX_USER_ID_CHARS);
+        let user = errors.user_id("user_id", self.user_id.as_deref());
         let key = errors.text("event_key", self.event_key.as_deref(), MAX_EVENT_KEY_CHARS);
         let body = errors.body(self.body.as_deref());
         let ttl = errors.ttl(self.ttl_seconds);
@@ -172,17 +234,38 @@ impl SubmitNotification {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitEvent {
-    #[schema(required = true, max_length = 256, example = "order-1001-shipped")]
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$",
+        example = "order-1001-shipped"
+    )]
     pub event_key: Option<String>,
-    /// 1 to 1000 distinct user ids.
-    #[schema(required = true, min_items = 1, max_items = 1000)]
+    /// 1 to 1000 distinct user ids (each as `user_id` of a notification).
+    #[schema(required = true, nullable = false, min_items = 1, max_items = 1000)]
     pub recipients: Option<Vec<String>>,
-    #[schema(required = true)]
+    /// As a notification's `body`.
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 16384,
+        pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+    )]
     pub body: Option<String>,
-    #[schema(required = true, minimum = 1, maximum = 2592000)]
+    #[schema(required = true, nullable = false, minimum = 1, maximum = 2592000)]
+    #[serde(default, deserialize_with = "whole_number")]
     pub ttl_seconds: Option<i64>,
     #[schema(minimum = 1, maximum = 20)]
+    #[serde(default, deserialize_with = "whole_number")]
     pub max_attempts: Option<i64>,
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     pub thread_key: Option<String>,
 }
 
@@ -201,7 +284,7 @@ impl SubmitEvent {
                 let mut seen = HashSet::new();
                 for (i, user) in list.iter().enumerate() {
                     let field = format!("recipients[{i}]");
-                    if let Some(user) = errors.text(&field, Some(user), MAX_USER_ID_CHARS) {
+                    if let Some(user) = errors.user_id(&field, Some(user)) {
                         if seen.insert(user) {
                             users.push(user);
                         } else {
@@ -445,9 +528,9 @@ impl<'de> Deserialize<'de> for Destination {
 #[serde(deny_unknown_fields)]
 pub struct PutPreference {
     /// The address or channel code. Stored only encrypted and never returned. Absent: keep the stored one.
-    #[schema(value_type = Option<String>, max_length = 1024)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 1024, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$")]
     pub destination: Option<Destination>,
-    #[schema(required = true)]
+    #[schema(required = true, nullable = false)]
     pub enabled: Option<bool>,
 }
 
@@ -515,10 +598,16 @@ pub struct InboxBody {
 pub struct ResolveRequest {
     /// What the person checking found out: `SENT` (it arrived), `FAILED` (it did not, do not send it
     /// again) or `RESEND` (it did not, send it again: the task returns to `PENDING` with a fresh budget).
-    #[schema(required = true, example = "FAILED")]
+    #[schema(required = true, nullable = false, pattern = "^(SENT|FAILED|RESEND)$", example = "FAILED")]
     pub final_state: Option<String>,
     /// Why; recorded with the manual attempt row.
-    #[schema(required = true, max_length = 2000)]
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 2000,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     pub note: Option<String>,
 }
 
@@ -560,9 +649,11 @@ pub struct ResolvedBody {
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct LimitQuery {
     /// How many entries at most (default 50, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 

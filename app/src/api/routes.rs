@@ -13,7 +13,6 @@ use super::model::{
     rfc3339, CreatedBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody, InboxItemBody,
     NotificationBody, PageQuery, PreferenceBody, PutPreference, ReadBody, RecipientCreated, ResolveRequest,
     ResolvedBody, ReviewBody, ReviewTaskBody, SubmitEvent, SubmitNotification, TaskBody, MAX_DESTINATION_CHARS,
-    MAX_USER_ID_CHARS,
 };
 use super::problem::{FieldError, Problem};
 use super::ApiState;
@@ -154,8 +153,10 @@ pub async fn get_notification(
 ) -> ApiResult<Json<NotificationBody>> {
     let view = state.store.notification(NotificationId(id)).await?.ok_or_else(Problem::not_found)?;
     if let Caller::User(user) = &caller {
+        // Another user's notification is answered exactly like a missing one: a user token learns
+        // nothing about notifications that are not its own, not even that they exist.
         if user != view.user_id.as_str() {
-            return Err(Problem::forbidden("this token belongs to another user"));
+            return Err(Problem::not_found());
         }
     }
     Ok(Json(notification_body(&view)))
@@ -166,7 +167,7 @@ pub async fn get_notification(
 pub const SUBSCRIPTION_EXPIRED: &str = "subscription expired";
 
 fn check_path_user(errors: &mut Errors, user_id: &str) {
-    errors.text("user_id", Some(user_id), MAX_USER_ID_CHARS);
+    errors.user_id("user_id", Some(user_id));
 }
 
 /// Set a user's switch and destination for one channel. The destination is encrypted before it is
@@ -494,6 +495,6 @@ pub async fn metrics(State(state): State<ApiState>) -> Response {
     get, path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "OpenAPI document", body = Object))
 )]
-pub async fn openapi() -> Response {
-    Json(super::openapi_document()).into_response()
+pub async fn openapi(State(state): State<ApiState>) -> Response {
+    Json(super::openapi_json(&state.channels)).into_response()
 }

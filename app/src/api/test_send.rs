@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 
 use super::auth::UserAccess;
 use super::extract::ApiPath;
-use super::model::{Errors, PreferenceBody, MAX_USER_ID_CHARS};
+use super::model::{Errors, PreferenceBody};
 use super::problem::Problem;
 use super::ApiState;
 use crate::usecases::{self, TestOutcome, TestSendError};
@@ -36,7 +36,7 @@ pub const UNKNOWN_WORDS: &str = "we could not tell whether it arrived";
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TestSendBody {
     pub channel: String,
-    /// The reference the channel saw (`test-{user}-{channel}-{n}`).
+    /// The reference the channel saw: `test-` and a random UUID (nothing of the user in it).
     pub reference: String,
     /// `accepted`, `refused`, `not_sent` (the channel could not be reached) or `unknown`.
     pub outcome: String,
@@ -52,7 +52,7 @@ pub struct TestSendBody {
 /// Validates the path, naming the field.
 fn path(state: &ApiState, user_id: &str, channel: &str) -> Result<(UserId, ChannelName), Problem> {
     let mut errors = Errors::default();
-    errors.text("user_id", Some(user_id), MAX_USER_ID_CHARS);
+    errors.user_id("user_id", Some(user_id));
     let name = ChannelName::new(channel);
     if !usecases::is_configured(&state.services(), &name) {
         errors.add("channel", "is not a configured channel");
@@ -69,7 +69,9 @@ impl From<TestSendError> for Problem {
             }
             TestSendError::NoDestination => no_destination(),
             TestSendError::NothingToConfirm => nothing_to_confirm(),
-            TestSendError::TooSoon(_) | TestSendError::Undecryptable => Problem::internal(),
+            TestSendError::TooSoon(_) | TestSendError::QuotaExceeded(_) | TestSendError::Undecryptable => {
+                Problem::internal()
+            }
             TestSendError::Store(store) => Problem::from_store(&store),
         }
     }
@@ -94,17 +96,40 @@ fn nothing_to_confirm() -> Problem {
     )
 }
 
-/// 429 with `Retry-After` (whole seconds, rounded up): the channel's egress interval does not allow a
-/// call yet.
+/// 429 with `Retry-After` (whole seconds, rounded up): real deliveries come first — one is due on this
+/// rate-limited channel, or its egress interval does not allow a call yet.
 fn too_soon(wait: Millis) -> Response {
     let seconds = wait.as_millis().div_ceil(1000).max(1);
-    let mut response = Problem::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "too-soon",
-        "Too soon for this channel",
-        format!("this channel allows one call per interval; try again in {seconds} s"),
+    with_retry_after(
+        Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-soon",
+            "Too soon for this channel",
+            format!("this channel allows one call per interval and deliveries go first; try again in {seconds} s"),
+        ),
+        seconds,
     )
-    .into_response();
+}
+
+/// 429 with `Retry-After`: this user's test sends on this channel are spent (`[test_send]`).
+fn quota_spent(wait: Millis, quota: herald_domain::TestSendQuota) -> Response {
+    let seconds = wait.as_millis().div_ceil(1000).max(1);
+    with_retry_after(
+        Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "test-send-quota",
+            "Test-send quota spent",
+            format!(
+                "at most {} test send(s) a minute and {} a day per user and channel; try again in {seconds} s",
+                quota.per_minute, quota.per_day
+            ),
+        ),
+        seconds,
+    )
+}
+
+fn with_retry_after(problem: Problem, seconds: u64) -> Response {
+    let mut response = problem.into_response();
     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response
 }
@@ -120,7 +145,7 @@ fn too_soon(wait: Millis) -> Response {
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "No destination stored", body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The channel's egress interval does not allow a call yet; see `Retry-After`",
+        (status = 429, description = "The user's test-send quota on this channel is spent (`test-send-quota`), or real deliveries come first on this rate-limited channel (`too-soon`); see `Retry-After`",
          body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -133,6 +158,7 @@ pub async fn test_send(
     let sent = match usecases::test_send(&state.services(), &user, &name).await {
         Ok(sent) => sent,
         Err(TestSendError::TooSoon(wait)) => return Ok(too_soon(wait)),
+        Err(TestSendError::QuotaExceeded(wait)) => return Ok(quota_spent(wait, state.test_send_quota)),
         Err(error) => return Err(error.into()),
     };
     let (outcome, words) = match &sent.outcome {

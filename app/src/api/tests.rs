@@ -69,6 +69,7 @@ impl Mocks {
             clock: Arc::clone(&clock),
             auth: Arc::new(auth),
             channels: Arc::new(ChannelTable(vec![(ChannelName::new("push"), rules())])),
+            test_send_quota: herald_domain::TestSendQuota::default(),
             readiness: Arc::new(ClockReadiness(clock)),
             metrics: None,
             body_limit: 4096,
@@ -338,7 +339,7 @@ async fn a_user_token_sees_only_its_own_notification() {
     let state = mocks.state();
     let alice = user_token(&state, "alice");
     let bob = user_token(&state, "bob");
-    send(state.clone(), "GET", "/v1/notifications/5", Some(&alice), None).await.problem(StatusCode::FORBIDDEN);
+    send(state.clone(), "GET", "/v1/notifications/5", Some(&alice), None).await.problem(StatusCode::NOT_FOUND);
     let answer = send(state, "GET", "/v1/notifications/5", Some(&bob), None).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.json()["created_at"], "1970-01-01T00:00:00.000Z");
@@ -678,4 +679,43 @@ async fn console_sign_in_sets_a_strict_http_only_session_and_forms_need_its_csrf
     let answer = console_post(Mocks::untouched().state(), "/console/login", "token=nope", None, None).await;
     assert_eq!(answer.headers[header::LOCATION], "/console/login?failed=1");
     assert!(answer.headers.get(header::SET_COOKIE).is_none());
+}
+
+#[tokio::test]
+async fn the_served_document_states_the_user_id_rule_the_channels_and_every_problem_status() {
+    let answer = send(Mocks::default().state(), "GET", "/openapi.json", None, None).await;
+    let doc = answer.json();
+    let put = &doc["paths"]["/v1/users/{user_id}/channels/{channel}"]["put"];
+    let param = |name: &str| put["parameters"].as_array().unwrap().iter().find(|p| p["name"] == name).cloned().unwrap();
+    assert_eq!(param("user_id")["schema"]["pattern"], herald_domain::ids::USER_ID_PATTERN);
+    assert_eq!(param("channel")["schema"]["enum"], serde_json::json!(["push"]), "the configured channels");
+    for status in ["400", "401", "403", "404", "413", "415", "422", "429", "503"] {
+        assert!(put["responses"].get(status).is_some(), "PUT preference lacks {status}");
+    }
+    let get = &doc["paths"]["/v1/review"]["get"];
+    let limit = get["parameters"].as_array().unwrap().iter().find(|p| p["name"] == "limit").cloned().unwrap();
+    assert_eq!((limit["in"].as_str(), limit["schema"]["minimum"].as_i64()), (Some("query"), Some(1)));
+    let event = &doc["components"]["schemas"]["SubmitEvent"]["properties"]["recipients"];
+    assert_eq!(event["items"]["pattern"], herald_domain::ids::USER_ID_PATTERN);
+    assert_eq!(event["uniqueItems"], true);
+    let submit = &doc["components"]["schemas"]["SubmitNotification"]["properties"];
+    assert!(submit["body"]["pattern"].is_string() && submit["event_key"]["maxLength"] == 256, "{submit}");
+}
+
+#[tokio::test]
+async fn a_whole_number_written_with_a_zero_fraction_is_a_whole_number() {
+    let mut mocks = Mocks::default().with_clock();
+    mocks.store.expect_create().times(1).returning(|new, _, _| {
+        assert_eq!((new.ttl, new.max_attempts), (herald_domain::Millis::from_secs(3600), Some(3)));
+        Ok(created(true))
+    });
+    let body =
+        serde_json::json!({"user_id": "u1", "event_key": "k", "body": "b", "ttl_seconds": 3600.0, "max_attempts": 3.0});
+    let answer = send(mocks.state(), "POST", "/v1/notifications", Some(SERVICE), Some(&body.to_string())).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text);
+    let half = serde_json::json!({"user_id": "u1", "event_key": "k", "body": "b", "ttl_seconds": 1.5});
+    let answer =
+        send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some(&half.to_string())).await;
+    assert!(answer.text.contains("ttl_seconds"), "{}", answer.text);
+    assert!(answer.status.is_client_error());
 }

@@ -58,8 +58,10 @@ pub fn check(config: &Config, with_api: bool) -> Result<(), ConfigError> {
                 }
             }
         }
-        if placeholder(auth.user_token_secret.expose_secret()) {
-            return Err(ConfigError::new("auth.user_token_secret", format!("is a placeholder: {fix}")));
+        for (i, key) in auth.user_token_keys.iter().enumerate() {
+            if placeholder(key.secret.expose_secret()) {
+                return Err(ConfigError::new(auth.user_key_name(i), format!("is a placeholder: {fix}")));
+            }
         }
     }
     for channel in &config.channels {

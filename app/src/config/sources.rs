@@ -125,7 +125,8 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
             | "rate_per_second"
             | "rate_burst",
         )
-        | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms") => Type::Int,
+        | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms")
+        | ("test_send", "per_minute" | "per_day") => Type::Int,
         ("auth", "service_tokens" | "admin_tokens") => Type::List,
         _ => return None,
     })

@@ -184,6 +184,49 @@ fn auth_tokens_and_secret_are_checked() {
 }
 
 #[test]
+fn user_token_keys_are_listed_in_order_and_checked() {
+    let dir = TempDir::new("user-keys");
+    dir.write("k1.secret", "the first user token secret\n");
+    let path = dir.write(
+        "herald.toml",
+        "[auth]\nuser_token_keys = [{ id = \"k2\", secret = \"the second user token secret\" }, \
+         { id = \"k1\", secret_file = \"k1.secret\" }]\n",
+    );
+    let auth = Config::load(Some(&path), std::iter::empty()).expect("valid").auth.unwrap();
+    let ids: Vec<&str> = auth.user_token_keys.iter().map(|k| k.id.as_str()).collect();
+    assert_eq!(ids, ["k2", "k1"], "the first signs");
+    assert_eq!(auth.user_token_keys[1].secret.expose_secret(), "the first user token secret");
+
+    let long = "0123456789abcdef";
+    refused("[auth]\nuser_token_keys = []\n", &[], "auth.user_token_keys", "at least one");
+    refused(
+        &format!("[auth]\nuser_token_keys = [{{ id = \"k 1\", secret = \"{long}\" }}]\n"),
+        &[],
+        "auth.user_token_keys[0].id",
+        "ASCII letters",
+    );
+    refused(
+        &format!("[auth]\nuser_token_keys = [{{ id = \"a\", secret = \"{long}\" }}, {{ id = \"a\", secret = \"{long}\" }}]\n"),
+        &[],
+        "auth.user_token_keys[1].id",
+        "listed twice",
+    );
+    refused(
+        "[auth]\nuser_token_keys = [{ id = \"a\", secret = \"short\" }]\n",
+        &[],
+        "auth.user_token_keys[0].secret",
+        "at least 16",
+    );
+    refused("[auth]\nuser_token_keys = [{ id = \"a\" }]\n", &[], "auth.user_token_keys[0].secret", "is required");
+    refused(
+        &format!("[auth]\nuser_token_secret = \"{long}\"\nuser_token_keys = [{{ id = \"a\", secret = \"{long}\" }}]\n"),
+        &[],
+        "auth.user_token_keys",
+        "give one",
+    );
+}
+
+#[test]
 fn environment_overrides_every_section() {
     let config = load(
         &full(),
@@ -273,7 +316,7 @@ fn secrets_can_come_from_files() {
     let config = Config::load(Some(&path), std::iter::empty()).expect("valid");
     assert_eq!(config.database.url.unwrap().expose_secret(), "postgres://from-file/db");
     let auth = config.auth.unwrap();
-    assert_eq!(auth.user_token_secret.expose_secret(), "0123456789abcdef-from-file");
+    assert_eq!(auth.user_token_keys[0].secret.expose_secret(), "0123456789abcdef-from-file");
     assert_eq!(auth.admin_tokens.len(), 2);
     let keys = config.keys.unwrap();
     assert_eq!(keys.keys[0].1.expose_secret(), k1);
@@ -361,7 +404,7 @@ fn environment_values_are_typed_by_their_key_not_by_their_look() {
     )
     .expect("valid");
     let auth = config.auth.unwrap();
-    assert_eq!(auth.user_token_secret.expose_secret(), "12345678901234567890");
+    assert_eq!(auth.user_token_keys[0].secret.expose_secret(), "12345678901234567890");
     assert_eq!(auth.admin_tokens[0].expose_secret(), "123");
     assert_eq!(config.database.url.unwrap().expose_secret(), "\"quoted\"");
 }
@@ -452,4 +495,14 @@ fn client_bounds_pools_and_the_metrics_listener_load_with_defaults_and_name_thei
     refused(&full(), &[("HERALD__SERVER__MAX_IN_FLIGHT", "0")], "server.max_in_flight", "between");
     refused(&full(), &[("HERALD__DATABASE__API_MAX_CONNECTIONS", "0")], "database.api_max_connections", "between");
     refused(&full(), &[("HERALD__WORKER__METRICS_LISTEN", "everywhere")], "worker.metrics_listen", "IP address");
+}
+
+#[test]
+fn the_test_send_quota_has_defaults_and_bounds() {
+    assert_eq!(load("", &[]).expect("valid").test_send, herald_domain::TestSendQuota { per_minute: 1, per_day: 10 });
+    let config = load("[test_send]\nper_minute = 2\n", &[("HERALD__TEST_SEND__PER_DAY", "30")]).expect("valid");
+    assert_eq!(config.test_send, herald_domain::TestSendQuota { per_minute: 2, per_day: 30 });
+    refused("[test_send]\nper_minute = 0\n", &[], "test_send.per_minute", "between 1 and 1000");
+    refused("[test_send]\nper_minute = 5\nper_day = 2\n", &[], "test_send.per_day", "at least");
+    refused("[test_send]\nper_hour = 5\n", &[], "test_send.per_hour", "unknown field");
 }

@@ -710,13 +710,14 @@ async fn test_channel(
                 channels_page(&ctx, &state, StatusCode::OK, Some(Flash::Error(say(w.test_unknown, &[]))), None).await
             }
         },
-        Err(TestSendError::TooSoon(wait)) => {
+        Err(error @ (TestSendError::TooSoon(wait) | TestSendError::QuotaExceeded(wait))) => {
             let secs = wait.0.div_ceil(1000).to_string();
+            let words = if matches!(error, TestSendError::QuotaExceeded(_)) { w.test_quota } else { w.test_too_soon };
             channels_page(
                 &ctx,
                 &state,
                 StatusCode::TOO_MANY_REQUESTS,
-                Some(Flash::Error(say(w.test_too_soon, &[("secs", &secs)]))),
+                Some(Flash::Error(say(words, &[("secs", &secs)]))),
                 None,
             )
             .await

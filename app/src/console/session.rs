@@ -3,7 +3,7 @@
 //! **Sessions are signed cookies, not server state.** After a successful sign-in (an admin token, or a
 //! user's signed link or token) the console sets `herald_session` to
 //! `v1.{base64url(payload)}.{base64url(HMAC-SHA256)}`, the payload being the role (operator, or the user
-//! id), the expiry (8 hours) and a random CSRF secret. The MAC key is derived from `auth.user_token_secret`
+//! id), the expiry (8 hours) and a random CSRF secret. The MAC key is derived from the signing user-token key
 //! with its own context string ([`crate::api::Authenticator::console_key`]), so every `herald serve`
 //! process behind a load balancer accepts every other's cookies without a shared session table, and
 //! changing that secret signs everybody out. Nothing secret is in the payload — no token, no destination —

@@ -167,10 +167,14 @@ async fn notification_view_has_the_spec_fields_and_attempts_oldest_first() {
     assert_eq!(attempts[1]["late_outcome"], Value::Null);
     assert!(!doc.to_string().contains(&World::destination("u1", "push")), "no destination in a view");
 
-    // The owner's token reads it too; another user's does not; unknown and malformed ids are 404.
+    // The owner's token reads it too; another user's gets the same 404 as a missing one; unknown and
+    // malformed ids are 404.
     api.get(&format!("/v1/notifications/{id}"), Some(&api.user_token("u1"))).await.ok(StatusCode::OK);
-    let _ =
-        api.get(&format!("/v1/notifications/{id}"), Some(&api.user_token("u2"))).await.problem(StatusCode::FORBIDDEN);
+    let not_yours =
+        api.get(&format!("/v1/notifications/{id}"), Some(&api.user_token("u2"))).await.problem(StatusCode::NOT_FOUND);
+    let missing =
+        api.get("/v1/notifications/987654321", Some(&api.user_token("u2"))).await.problem(StatusCode::NOT_FOUND);
+    assert_eq!(not_yours, missing, "not yours reads exactly as missing");
     let _ = api.get("/v1/notifications/987654321", SVC).await.problem(StatusCode::NOT_FOUND);
     let _ = api.get("/v1/notifications/not-a-number", SVC).await.problem(StatusCode::NOT_FOUND);
 }
@@ -648,9 +652,12 @@ async fn authentication_and_ownership() {
         .unwrap();
     assert_eq!(basic.status(), StatusCode::UNAUTHORIZED);
     // A user token whose id was swapped does not verify.
-    let forged = alice.replacen("u.YWxpY2U", "u.Ym9i", 1);
+    let forged = alice.replacen(".YWxpY2U.", ".Ym9i.", 1);
     assert_ne!(forged, alice);
     let _ = refused(&world, StatusCode::UNAUTHORIZED, None, api.get("/v1/users/bob/inbox", Some(&forged))).await;
+    // A token of an earlier format (no expiry, no key id) is not a token any more.
+    let old_format = format!("u.YWxpY2U.{}", alice.rsplit('.').next().unwrap());
+    let _ = refused(&world, StatusCode::UNAUTHORIZED, None, api.get("/v1/users/alice/inbox", Some(&old_format))).await;
 
     // Roles: only a service token submits; only an admin token reviews.
     let _ = refused(&world, StatusCode::FORBIDDEN, None, api.post("/v1/notifications", Some(&alice), &body)).await;
@@ -777,4 +784,77 @@ async fn parallel_resolves_of_one_parked_task_settle_it_once() {
     assert_eq!(written.delivery_attempt, attempts_before + 1, "one manual attempt row");
     let view = api.get("/v1/review", ADMIN).await.ok(StatusCode::OK);
     assert_eq!(view["tasks"], json!([]));
+}
+
+#[tokio::test]
+async fn an_expired_user_token_or_one_of_a_removed_key_is_a_401_saying_why() {
+    let (world, api) = setup().await;
+    world.user("alice", &["push"]).await.unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+
+    // Valid until a second ago: refused, and the problem says it expired (never echoing the token).
+    let expired = api.user_token_until("alice", now - 1);
+    let answer =
+        refused(&world, StatusCode::UNAUTHORIZED, None, api.get("/v1/users/alice/inbox", Some(&expired))).await;
+    let doc = answer.problem(StatusCode::UNAUTHORIZED);
+    assert!(doc["detail"].as_str().unwrap().contains("expired at"), "{doc}");
+    assert!(!answer.text.contains(&expired), "a token is never echoed");
+    let put = json!({"destination": "new-phone", "enabled": true});
+    let _ =
+        refused(&world, StatusCode::UNAUTHORIZED, None, api.put("/v1/users/alice/channels/push", Some(&expired), &put))
+            .await;
+    // The same user's token valid for another hour is accepted.
+    api.get("/v1/users/alice/inbox", Some(&api.user_token_until("alice", now + 3600))).await.ok(StatusCode::OK);
+
+    // Signed by a key the server does not list (removed after a rotation): refused, saying so.
+    let removed = herald_app::api::Authenticator::with_user_keys(
+        &[],
+        &[],
+        vec![herald_app::api::auth::UserTokenKey {
+            id: "k0".into(),
+            secret: secrecy::SecretString::from("a key that was rotated out long ago"),
+        }],
+    );
+    let stale = secrecy::ExposeSecret::expose_secret(&removed.user_token("alice")).to_owned();
+    let answer = refused(&world, StatusCode::UNAUTHORIZED, None, api.get("/v1/users/alice/inbox", Some(&stale))).await;
+    let doc = answer.problem(StatusCode::UNAUTHORIZED);
+    assert!(doc["detail"].as_str().unwrap().contains("no longer accepted"), "{doc}");
+}
+
+#[tokio::test]
+async fn user_ids_outside_the_documented_set_are_refused_naming_the_field() {
+    let (world, api) = setup().await;
+    for bad in [" alice", "alice ", "ali\u{200b}ce", "alice\u{202e}moc", "al\u{7}ice", "al ice", "a/b", "аlice"] {
+        let body = json!({"user_id": bad, "event_key": "k1", "body": "b", "ttl_seconds": 60});
+        let answer = refused(
+            &world,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("user_id"),
+            api.post("/v1/notifications", SVC, &body),
+        )
+        .await;
+        let message = answer.field_problem(StatusCode::UNPROCESSABLE_ENTITY, "user_id");
+        assert!(message.contains("ASCII letters, digits"), "{bad:?}: {message}");
+        let event = json!({"event_key": "k1", "recipients": ["ok-user", bad], "body": "b", "ttl_seconds": 60});
+        let _ = refused(
+            &world,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("recipients[1]"),
+            api.post("/v1/events", SVC, &event),
+        )
+        .await;
+    }
+    // In a path too (an admin token passes the access check, so validation speaks).
+    let put = json!({"destination": "phone", "enabled": true});
+    let _ = refused(
+        &world,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Some("user_id"),
+        api.put("/v1/users/ali%E2%80%8Bce/channels/push", ADMIN, &put),
+    )
+    .await;
+    // Every character of the set, at the longest length, is accepted.
+    let longest = format!("{}a", "Zz09._-@:+".repeat(12)).chars().take(128).collect::<String>();
+    let body = json!({"user_id": longest, "event_key": "k1", "body": "b", "ttl_seconds": 60});
+    api.post("/v1/notifications", SVC, &body).await.ok(StatusCode::CREATED);
 }

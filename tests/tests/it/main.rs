@@ -21,6 +21,7 @@ mod reliability;
 mod review;
 mod rotation;
 mod test_send;
+mod token_cli;
 mod webpush;
 mod worker_cli;
 mod worker_runtime;

@@ -2,6 +2,7 @@
 //! classification as a delivery, answers in words, a refusal that neither verifies nor deletes, the
 //! user's confirmation as verification, and the egress interval (429 with `Retry-After`).
 
+use herald_domain::TestSendQuota;
 use herald_domain::{ChannelName, UserId};
 use herald_ports::PreferenceStore;
 use herald_standin::{Script, MIAO_NOT_FOUND};
@@ -55,7 +56,8 @@ async fn accepted_asks_for_confirmation_and_confirm_verifies() {
     assert_eq!(doc["confirmation"], "pending");
     assert_eq!(doc["verified"], false, "an acceptance alone does not verify");
     let reference = doc["reference"].as_str().expect("reference");
-    assert!(reference.starts_with("test-t1-push-"), "{reference}");
+    assert!(reference.starts_with("test-"), "{reference}");
+    assert!(!reference.contains("t1") && !reference.contains("push"), "random, nothing of the user: {reference}");
     assert_eq!(world.push.sends_to(&World::destination("t1", "push")), 1, "a real call through the adapter");
     assert_eq!(world.push.sends_for(reference), 1);
     assert!(!pref(&world, "t1", "push").await.verified);
@@ -115,9 +117,12 @@ async fn a_test_send_too_soon_is_429_with_retry_after() {
     let view = world.task(created.notification_id, created.tasks[0].task_id).await.expect("view");
     assert_eq!((view.attempt_count, view.attempts.len()), (0, 0), "no attempt spent while waiting");
 
+    // Once the slot is free, the waiting delivery goes first: a test press is refused while it is due.
     world.advance(6_000);
-    let doc = test_send(&api, "t3", "miao", Some(&token)).await.ok(StatusCode::OK);
-    assert_eq!(doc["outcome"], "accepted");
+    let _ = test_send(&api, "t3", "miao", Some(&token)).await.problem(StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(world.miao.requests(), 1, "the test press did not take the delivery's slot");
+    let cycle = world.worker("w1", 60_000).run_once().await.expect("cycle");
+    assert!(!cycle.is_empty(), "the delivery took the slot");
     assert_eq!(world.miao.requests(), 2);
 }
 
@@ -184,4 +189,75 @@ async fn confirm_push(api: &Api, token: &str) -> herald_tests::api::Answer {
 
 async fn put_push(api: &Api, token: &str, destination: String) -> herald_tests::api::Answer {
     api.put("/v1/users/t5/channels/push", Some(token), &json!({"destination": destination, "enabled": true})).await
+}
+
+/// The quota per (user, channel), with production's defaults (1 a minute, 10 a day): the second press
+/// within a minute is a 429 with `Retry-After` and calls nothing; another user or channel is not held back;
+/// the eleventh of a day waits for the oldest to leave the day. References are random.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_test_send_quota_is_per_user_and_channel_and_answers_retry_after() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    let api = Api::start_with_quota(&world, TestSendQuota::default()).await.expect("api");
+    world.user("q1", &["push", "sms"]).await.expect("user");
+    world.user("q2", &["push"]).await.expect("user");
+    let token = api.user_token("q1");
+
+    let first = test_send(&api, "q1", "push", Some(&token)).await.ok(StatusCode::OK);
+    world.advance(20_000);
+    let answer = test_send(&api, "q1", "push", Some(&token)).await;
+    let doc = answer.problem(StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(doc["type"], "urn:herald:problem:test-send-quota", "{doc}");
+    let retry_after = answer.headers.get(RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    assert_eq!(retry_after.as_deref(), Some("40"), "a minute after the first press");
+    assert_eq!(world.push.requests(), 1, "a refused press calls nothing");
+    // Another channel of the same user, and another user on the same channel, have quotas of their own.
+    let other_channel = test_send(&api, "q1", "sms", Some(&token)).await.ok(StatusCode::OK);
+    let other_user = test_send(&api, "q2", "push", Some(&api.user_token("q2"))).await.ok(StatusCode::OK);
+    let references = [&first, &other_channel, &other_user].map(|d| d["reference"].as_str().unwrap().to_owned());
+    assert!(
+        references.iter().all(|r| r.starts_with("test-") && !r.contains("q1") && !r.contains("q2")),
+        "{references:?}"
+    );
+    assert_ne!(references[0], references[1]);
+
+    // Nine more, a minute apart, fill the day; the eleventh waits until the first leaves the day.
+    for _ in 0..9 {
+        world.advance(60_000);
+        test_send(&api, "q1", "push", Some(&token)).await.ok(StatusCode::OK);
+    }
+    world.advance(60_000);
+    let answer = test_send(&api, "q1", "push", Some(&token)).await;
+    let _ = answer.problem(StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = answer.headers.get(RETRY_AFTER).unwrap().to_str().unwrap().parse().unwrap();
+    // The first press was 20 s + 10 minutes ago.
+    assert_eq!(retry_after, 86_400 - 620, "until the first press leaves the day");
+    assert_eq!(world.push.sends_to(&World::destination("q1", "push")), 10);
+}
+
+/// Test sends come after real deliveries on a rate-limited channel: while a delivery is due, a test press
+/// is refused (429, `Retry-After`) and neither takes the slot nor counts against the quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_send_never_takes_the_slot_a_due_delivery_needs() {
+    let (world, api) = setup().await;
+    world.user("p1", &["miao"]).await.expect("user");
+    let token = api.user_token("p1");
+    let created = world.submit("p1", "e1", 3_600_000, None).await.expect("submit");
+
+    let answer = test_send(&api, "p1", "miao", Some(&token)).await;
+    let doc = answer.problem(StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(doc["type"], "urn:herald:problem:too-soon", "{doc}");
+    assert!(answer.headers.get(RETRY_AFTER).is_some());
+    assert_eq!(world.miao.requests(), 0, "the test press called nothing");
+
+    // The delivery takes the slot at once.
+    let cycle = world.worker("w1", 60_000).run_once().await.expect("cycle");
+    assert!(!cycle.is_empty(), "the delivery was not held back by the test press");
+    let view = world.task(created.notification_id, created.tasks[0].task_id).await.expect("view");
+    assert_eq!(view.state.to_string(), "SENT");
+    assert_eq!(world.miao.requests(), 1);
+
+    // Once the slot is free and nothing is due, the test goes (the refused press did not count).
+    world.advance(11_000);
+    assert_eq!(test_send(&api, "p1", "miao", Some(&token)).await.ok(StatusCode::OK)["outcome"], "accepted");
+    assert_eq!(world.miao.requests(), 2);
 }
