@@ -69,9 +69,11 @@ async fn ensure_template() -> anyhow::Result<String> {
             let building = format!("{name}_building");
             sqlx::query(&format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)")).execute(&mut conn).await?;
             sqlx::query(&format!("CREATE DATABASE {building}")).execute(&mut conn).await?;
-            let store = PgStore::connect(&url_for(&building)?, 2).await?;
+            let store = PgStore::connect(&url_for(&building)?, 1).await?;
             store.migrate().await?;
-            store.pool().close().await;
+            // Closing waits for the pool's connections; one that does not go within a few seconds is
+            // ended by the rename loop below, never waited for without end.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), store.pool().close()).await;
             // The server may still be closing the migration connections' backends for a moment; any
             // session still attached is ended (nothing but this function uses the half-built database).
             let rename = format!("ALTER DATABASE {building} RENAME TO {name}");

@@ -669,9 +669,11 @@ impl LimitQuery {
 
 /// `?limit=&cursor=` of a paged list.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
     /// How many entries at most (default 50 for an inbox, 100 for the review list; at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
     /// Where the page starts: the `next_cursor` of the previous page, as it was given (opaque).
     pub cursor: Option<String>,
