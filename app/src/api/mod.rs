@@ -356,6 +356,10 @@ pub fn openapi_json(channels: &ChannelTable) -> serde_json::Value {
                     match parameter.get("name").and_then(Value::as_str) {
                         Some("user_id") => parameter["schema"] = user_id.clone(),
                         Some("channel") => parameter["schema"] = json!({"type": "string", "enum": names}),
+                        Some("cursor") => {
+                            let kind = if path.ends_with("/inbox") { "inbox" } else { "review" };
+                            parameter["schema"] = json!({"type": "string", "pattern": model::cursor_pattern(kind)});
+                        }
                         _ => {}
                     }
                 }

@@ -702,26 +702,38 @@ impl PageQuery {
     }
 }
 
-/// An opaque page cursor of list `kind`: `(time in ms, id)` of the last entry shown, in base64url. Opaque
-/// so that clients pass it back as given and the store may change what it holds.
+/// The page cursor of list `kind`: its letter, then `{time in ms}.{id}` of the last entry shown. Clients
+/// treat it as opaque and pass it back as given; its pattern ([`cursor_pattern`]) is documented so that a
+/// well-formed one is never refused.
 #[must_use]
 pub fn cursor(kind: &str, at_ms: i64, id: i64) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{kind}:{at_ms}:{id}"))
+    format!("{}{at_ms}.{id}", cursor_letter(kind))
 }
 
 fn cursor_position(kind: &str, text: &str) -> Option<(i64, i64)> {
-    use base64::Engine as _;
-    if text.len() > 128 {
-        return None;
-    }
-    let decoded = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).ok()?).ok()?;
-    let mut parts = decoded.split(':');
-    let (k, at, id) = (parts.next()?, parts.next()?, parts.next()?);
-    if k != kind || parts.next().is_some() {
+    let rest = text.strip_prefix(cursor_letter(kind))?;
+    let (at, id) = rest.split_once('.')?;
+    let digits = |part: &str, max: usize| (1..=max).contains(&part.len()) && part.bytes().all(|b| b.is_ascii_digit());
+    if !digits(at, 15) || !digits(id, 18) {
         return None;
     }
     Some((at.parse().ok()?, id.parse().ok()?))
+}
+
+/// The letter a cursor of list `kind` starts with, so that one list's cursor is refused by another.
+fn cursor_letter(kind: &str) -> char {
+    if kind == "inbox" {
+        'i'
+    } else {
+        'r'
+    }
+}
+
+/// The pattern every cursor of list `kind` matches — and every string matching it is a position the list
+/// accepts (a time in ms and an id, each within what the store holds), so `/openapi.json` can state it.
+#[must_use]
+pub fn cursor_pattern(kind: &str) -> String {
+    format!(r"^{}[0-9]{{1,15}}\.[0-9]{{1,18}}$", cursor_letter(kind))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -719,3 +719,16 @@ async fn a_whole_number_written_with_a_zero_fraction_is_a_whole_number() {
     assert!(answer.text.contains("ttl_seconds"), "{}", answer.text);
     assert!(answer.status.is_client_error());
 }
+
+#[test]
+fn a_cursor_returns_the_position_it_was_made_from_and_only_on_its_own_list() {
+    use super::model::{cursor, cursor_pattern, PageQuery};
+    let page = |text: String| PageQuery { limit: None, cursor: Some(text) };
+    for (at, id) in [(0, 1), (1_733_230_000_123, 42), (999_999_999_999_999, 999_999_999_999_999_999)] {
+        assert_eq!(page(cursor("inbox", at, id)).position("inbox").unwrap(), Some((at, id)));
+        assert_eq!(page(cursor("review", at, id)).position("review").unwrap(), Some((at, id)));
+        assert!(page(cursor("inbox", at, id)).position("review").is_err(), "an inbox cursor is not a review cursor");
+    }
+    assert_eq!(cursor_pattern("inbox"), r"^i[0-9]{1,15}\.[0-9]{1,18}$");
+    assert_eq!(cursor_pattern("review"), r"^r[0-9]{1,15}\.[0-9]{1,18}$");
+}
