@@ -1,20 +1,27 @@
-//! The claim (SPEC §4): the claim query, the decision and write for each locked row (`claim_row`), and
+//! The claim (SPEC §4): the claim query, the decisions over a batch of locked rows and their one write (`claim_rows`), and
 //! the channel's egress reservation (SPEC §7) that the claim and the test send share.
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use herald_domain::claim::{decide_claim, ClaimContext, ClaimDecision};
 use herald_domain::egress::{decide_egress, deferral, EgressDecision};
 use herald_domain::finish::FinishContext;
-use herald_domain::{ChannelName, ChannelRules, Millis, Timestamp};
+use herald_domain::{Action, ChannelName, ChannelRules, Millis, Outcome, TaskState, Timestamp, Transition};
 use herald_ports::store::{ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Settled, StoreError};
 use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
 
 use crate::convert::{channel_names, from_db, opt_from_db, opt_to_db, store_error, to_db};
 use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
-use crate::transition::{record_decision, store_transition};
 
 /// The claim query (SPEC §4). `next_attempt_at` doubles as the lease end while SENDING, so one partial
-/// index serves both halves of the runnable predicate; the domain re-checks each row.
+/// index, `(next_attempt_at, id)`, serves both halves of the runnable predicate and the order; the domain
+/// re-checks each row.
+///
+/// The task rows are chosen and locked in a `MATERIALIZED` selection of their own (`FOR NO KEY UPDATE`:
+/// the claim never changes a key, so creates inserting attempt rows that reference a task are not
+/// blocked), and only the rows locked there are joined to their notification and preference.
 ///
 /// Oldest due first, ties by id, so a backlog drains in order. A rate-limited channel whose next egress
 /// slot is not free yet (`$4`/`$5`: the channels with an interval and their spacing, interval + guard,
@@ -22,28 +29,67 @@ use crate::transition::{record_decision, store_transition};
 /// once the slot is free. The egress decision under the row lock remains the rule; this only spares
 /// claims that could not call anyway.
 pub(crate) const CLAIM_QUERY: &str = concat!(
-    "SELECT ",
+    "WITH picked AS MATERIALIZED (SELECT t.user_id, t.id FROM delivery_task t \
+       WHERE t.next_attempt_at <= $1 AND t.channel = ANY($2) \
+         AND (t.state <> 'SENDING' OR t.lease_until < $1) \
+         AND NOT EXISTS (SELECT 1 FROM channel_egress e \
+               JOIN unnest($4::text[], $5::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
+               WHERE e.channel = t.channel AND e.last_call_at > $1 - r.spacing_ms * interval '1 millisecond') \
+       ORDER BY t.next_attempt_at, t.id \
+       LIMIT $3 \
+       FOR NO KEY UPDATE OF t SKIP LOCKED) \
+     SELECT ",
     task_decision_columns!(),
     ", t.reference::text AS reference, \
      n.body, COALESCE(t.expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination \
-     FROM delivery_task t \
+     FROM picked k \
+     JOIN delivery_task t ON t.user_id = k.user_id AND t.id = k.id \
      JOIN notification n ON n.user_id = t.user_id AND n.id = t.notification_id \
      LEFT JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel \
-     WHERE t.next_attempt_at <= $1 AND t.channel = ANY($2) \
-       AND (t.state <> 'SENDING' OR t.lease_until < $1) \
-       AND NOT EXISTS (SELECT 1 FROM channel_egress e \
-             JOIN unnest($4::text[], $5::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
-             WHERE e.channel = t.channel AND e.last_call_at > $1 - r.spacing_ms * interval '1 millisecond') \
-     ORDER BY t.next_attempt_at, t.id \
-     LIMIT $3 \
-     FOR UPDATE OF t SKIP LOCKED"
+     ORDER BY t.channel, t.next_attempt_at, t.id"
 );
 
-/// One claim transaction: lock up to `limit` runnable rows, decide and store each, commit.
+/// Writes every decision of a batch at once: one `UPDATE … FROM unnest` of the task rows, and the
+/// attempt rows (claim-time decisions and calls) inserted from what that update returned, so each
+/// attempt number and token is the one its task row now holds. Counters are bumped by the statement
+/// itself rather than set from the values read earlier, so the rows stay consistent even for the
+/// unlocked negative-control claim.
+const WRITE_DECISIONS: &str = "WITH u AS ( \
+       SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bool[], $5::timestamptz[], $6::int[], \
+         $7::int[], $8::bool[], $9::timestamptz[], $10::bool[], $11::text[], $12::bool[], $13::text[], $14::text[], \
+         $15::text[]) \
+         AS u(user_id, id, state, hold, next_at, d_count, d_no, uncertain, since, review, msg, set_error, error, \
+              action, outcome)), \
+     held AS ( \
+       UPDATE delivery_task t SET state = u.state, \
+         attempt_token = CASE WHEN u.hold THEN gen_random_uuid() END, \
+         lease_owner = CASE WHEN u.hold THEN $16 END, \
+         lease_until = CASE WHEN u.hold THEN u.next_at END, \
+         next_attempt_at = u.next_at, \
+         attempt_count = t.attempt_count + u.d_count, last_attempt_no = t.last_attempt_no + u.d_no, \
+         outcome_uncertain = u.uncertain, uncertain_since = u.since, needs_review = u.review, \
+         provider_msg_id = COALESCE(u.msg, t.provider_msg_id), \
+         last_error = CASE WHEN u.set_error THEN u.error ELSE t.last_error END, \
+         updated_at = $17 \
+       FROM u WHERE t.user_id = u.user_id AND t.id = u.id \
+       RETURNING t.user_id, t.id, t.attempt_token, t.attempt_count, t.last_attempt_no), \
+     attempts AS ( \
+       INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, action, lease_owner, outcome, \
+         started_at, finished_at) \
+       SELECT h.user_id, h.id, h.last_attempt_no, COALESCE(h.attempt_token, gen_random_uuid()), u.action, \
+         CASE WHEN u.hold THEN $16 END, u.outcome, $17, CASE WHEN u.hold THEN NULL ELSE $17 END \
+       FROM held h JOIN u ON u.user_id = h.user_id AND u.id = h.id \
+       WHERE u.d_no > 0) \
+     SELECT id, attempt_token, attempt_count, last_attempt_no FROM held WHERE attempt_token IS NOT NULL";
+
+/// One claim transaction: lock up to `limit` runnable rows, decide over all of them, store every
+/// decision together, commit. A constant number of statements whatever the batch size: the claim
+/// query; the egress rows of the batch's rate-limited channels, locked once each; the superseded
+/// holders' attempts closed in one statement; every task and attempt row written in one.
 pub(crate) async fn claim(pool: &PgPool, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
     let mut tx = pool.begin().await.map_err(store_error)?;
     let (limited, spacing) = egress_spacing(&request.channels);
-    let mut rows: Vec<ClaimRow> = sqlx::query_as(CLAIM_QUERY)
+    let rows: Vec<ClaimRow> = sqlx::query_as(CLAIM_QUERY)
         .bind(to_db(request.now))
         .bind(channel_names(&request.channels))
         .bind(i64::from(request.limit))
@@ -52,14 +98,7 @@ pub(crate) async fn claim(pool: &PgPool, request: &ClaimRequest) -> Result<Claim
         .fetch_all(&mut *tx)
         .await
         .map_err(store_error)?;
-    // A batch may lock the egress rows of several rate-limited channels. Taking them in one global
-    // order (by channel name; a stable sort keeps due order within a channel) keeps two claimers from
-    // waiting on each other's rows — a deadlock.
-    rows.sort_by(|a, b| a.channel().cmp(b.channel()));
-    let mut batch = ClaimBatch::default();
-    for row in rows {
-        claim_row(&mut tx, row, request, &mut batch).await?;
-    }
+    let batch = claim_rows(&mut tx, rows, request).await?;
     tx.commit().await.map_err(store_error)?;
     Ok(batch)
 }
@@ -78,135 +117,300 @@ pub(crate) fn egress_spacing(table: &ChannelTable) -> (Vec<String>, Vec<i64>) {
         .unzip()
 }
 
-/// Decides and stores one locked row of the claim query. Shared with the negative-control claim, which
-/// differs only in how it finds and locks rows.
-pub(crate) async fn claim_row(
-    conn: &mut PgConnection,
+/// What a claim does with one locked row, decided before anything is written.
+struct Planned {
     row: ClaimRow,
+    task: TaskRow,
+    expires_at: Timestamp,
+    decision: ClaimDecision,
+}
+
+/// The task-row writes of a batch, column by column, as [`WRITE_DECISIONS`] binds them.
+#[derive(Default)]
+struct Writes {
+    user_id: Vec<String>,
+    id: Vec<i64>,
+    state: Vec<&'static str>,
+    hold: Vec<bool>,
+    next_at: Vec<Option<DateTime<Utc>>>,
+    d_count: Vec<i32>,
+    d_no: Vec<i32>,
+    uncertain: Vec<bool>,
+    since: Vec<Option<DateTime<Utc>>>,
+    review: Vec<bool>,
+    msg: Vec<Option<String>>,
+    set_error: Vec<bool>,
+    error: Vec<Option<&'static str>>,
+    action: Vec<Option<&'static str>>,
+    outcome: Vec<Option<&'static str>>,
+}
+
+impl Writes {
+    /// A transition that releases the holding (SUPPRESSED, FAILED, parked, or a deferral), with the
+    /// claim-time attempt row when `record` is given.
+    fn transition(&mut self, task: &TaskRow, t: &Transition, record: Option<Outcome>) {
+        self.user_id.push(task.user_id.as_str().to_owned());
+        self.id.push(task.id.0);
+        self.state.push(t.state.as_str());
+        self.hold.push(false);
+        self.next_at.push(opt_to_db(t.next_attempt_at));
+        self.d_count.push(0);
+        self.d_no.push(i32::from(record.is_some()));
+        self.uncertain.push(t.outcome_uncertain);
+        self.since.push(opt_to_db(t.uncertain_since));
+        self.review.push(t.needs_review);
+        self.msg.push(t.provider_msg_id.clone());
+        self.set_error.push(true);
+        self.error.push(t.reason);
+        self.action.push(None);
+        self.outcome.push(record.map(Outcome::as_str));
+    }
+
+    /// A holding: `SENDING` under a fresh token until `lease_until`, one attempt spent, its attempt row.
+    fn hold(
+        &mut self,
+        task: &TaskRow,
+        action: Action,
+        uncertain: bool,
+        since: Option<Timestamp>,
+        lease_until: Timestamp,
+    ) {
+        self.user_id.push(task.user_id.as_str().to_owned());
+        self.id.push(task.id.0);
+        self.state.push(TaskState::Sending.as_str());
+        self.hold.push(true);
+        self.next_at.push(Some(to_db(lease_until)));
+        self.d_count.push(1);
+        self.d_no.push(1);
+        self.uncertain.push(uncertain);
+        self.since.push(opt_to_db(since));
+        self.review.push(false);
+        self.msg.push(None);
+        self.set_error.push(false);
+        self.error.push(None);
+        self.action.push(Some(action.as_str()));
+        self.outcome.push(None);
+    }
+}
+
+/// Decides and stores a batch of rows of the claim query. Shared with the negative-control claim, which
+/// differs only in how it finds and locks rows.
+///
+/// The rows are taken in channel order (the claim query's), so that the egress rows of several
+/// rate-limited channels are always locked in one global order — two claimers never wait on each
+/// other's rows (a deadlock) — and, within a channel, oldest due first.
+pub(crate) async fn claim_rows(
+    conn: &mut PgConnection,
+    mut rows: Vec<ClaimRow>,
     request: &ClaimRequest,
-    batch: &mut ClaimBatch,
-) -> Result<(), StoreError> {
-    let task = TaskRow::try_from(row.task)?;
-    let Some(rules) = request.channels.get(&task.channel) else { return Ok(()) };
+) -> Result<ClaimBatch, StoreError> {
+    rows.sort_by(|a, b| a.channel().cmp(b.channel()));
     let now = request.now;
-    let ctx = ClaimContext {
-        task: task.snapshot.clone(),
-        budget: task.budget,
-        pref_enabled: row.pref_enabled,
-        expires_at: from_db(row.expires_at),
-        capability: rules.contract.capability,
-        policy: rules.policy,
-    };
-    match decide_claim(&ctx, now) {
-        ClaimDecision::Skip => {}
-        ClaimDecision::Settle { superseded, record, transition } => {
-            if superseded {
-                batch.lease_expired += expire_holder(conn, &task, now).await?;
-            }
-            let mut attempt_no = task.last_attempt_no;
-            if let Some(outcome) = record {
-                attempt_no += 1;
-                record_decision(conn, &task, attempt_no, outcome, None, now).await?;
-            }
-            store_transition(conn, &task, &transition, None, now).await?;
-            batch.settled.push(Settled {
-                task_id: task.id,
-                channel: task.channel.clone(),
-                outcome: record,
-                state: transition.state,
-                parked: transition.is_parked(),
-            });
-        }
-        ClaimDecision::Call { action, uncertain, superseded, uncertain_since } => {
-            if superseded {
-                batch.lease_expired += expire_holder(conn, &task, now).await?;
-            }
-            if let EgressDecision::DeferUntil(until) = egress(conn, &task.channel, rules, now).await? {
-                // Another claim took the slot first. A task that is due stays as it is — untouched, it
-                // keeps its place in the backlog, and the claim query passes its channel over until the
-                // slot is free. Only a task taken over from an expired holder must be written now: its
-                // holder's attempt was just closed, and the row must stop pointing at it.
+    let mut planned = Vec::with_capacity(rows.len());
+    for row in rows {
+        let task = TaskRow::try_from(row.task.clone())?;
+        let Some(rules) = request.channels.get(&task.channel) else { continue };
+        let ctx = ClaimContext {
+            task: task.snapshot.clone(),
+            budget: task.budget,
+            pref_enabled: row.pref_enabled,
+            expires_at: from_db(row.expires_at),
+            capability: rules.contract.capability,
+            policy: rules.policy,
+        };
+        let decision = decide_claim(&ctx, now);
+        planned.push(Planned { row, task, expires_at: ctx.expires_at, decision });
+    }
+
+    // The egress rows of the rate-limited channels this batch would call, each locked once.
+    let mut egress_channels: Vec<&ChannelName> = planned
+        .iter()
+        .filter(|p| p.decision.calls_channel())
+        .map(|p| &p.task.channel)
+        .filter(|name| request.channels.get(name).is_some_and(|r| r.min_interval > Millis::ZERO))
+        .collect();
+    egress_channels.dedup();
+    let mut slots = lock_egress(conn, &egress_channels).await?;
+    let mut reserved: Vec<String> = Vec::new();
+
+    let mut batch = ClaimBatch::default();
+    let mut writes = Writes::default();
+    let mut expired: (Vec<String>, Vec<Uuid>) = (Vec::new(), Vec::new());
+    let mut calls: Vec<(Planned, Action, bool, Option<Timestamp>)> = Vec::new();
+    for p in planned {
+        let Some(rules) = request.channels.get(&p.task.channel) else { continue };
+        match p.decision.clone() {
+            ClaimDecision::Skip => {}
+            ClaimDecision::Settle { superseded, record, transition } => {
                 if superseded {
-                    let transition = deferral(&task.snapshot, uncertain, uncertain_since, until);
-                    store_transition(conn, &task, &transition, None, now).await?;
+                    expire(&mut expired, &p.task);
                 }
-                batch.deferred.push(task.id);
-                return Ok(());
+                writes.transition(&p.task, &transition, record);
+                batch.settled.push(Settled {
+                    task_id: p.task.id,
+                    channel: p.task.channel.clone(),
+                    outcome: record,
+                    state: transition.state,
+                    parked: transition.is_parked(),
+                });
             }
-            let lease_until = now + request.lease;
-            // Counters are bumped by the statement itself rather than from the values read earlier, so
-            // the row stays consistent even for the unlocked negative-control claim.
-            let held: HeldRow = sqlx::query_as(
-                "UPDATE delivery_task SET state = 'SENDING', attempt_token = gen_random_uuid(), lease_owner = $3, \
-                 lease_until = $4, next_attempt_at = $4, attempt_count = attempt_count + 1, \
-                 last_attempt_no = last_attempt_no + 1, outcome_uncertain = $5, uncertain_since = $6, \
-                 needs_review = false, updated_at = $7 \
-                 WHERE user_id = $1 AND id = $2 RETURNING attempt_token, attempt_count, last_attempt_no",
-            )
-            .bind(task.user_id.as_str())
-            .bind(task.id.0)
-            .bind(&request.worker)
-            .bind(to_db(lease_until))
-            .bind(uncertain)
-            .bind(opt_to_db(uncertain_since))
-            .bind(to_db(now))
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(store_error)?;
-            let (token, attempts_used, attempt_no) = held.into_parts();
-            sqlx::query(
-                "INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, action, lease_owner, started_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(task.user_id.as_str())
-            .bind(task.id.0)
-            .bind(attempt_no)
-            .bind(token.0)
-            .bind(action.as_str())
-            .bind(&request.worker)
+            ClaimDecision::Call { action, uncertain, superseded, uncertain_since } => {
+                if superseded {
+                    expire(&mut expired, &p.task);
+                }
+                if rules.min_interval > Millis::ZERO {
+                    let last = slots.get(p.task.channel.as_str()).copied().flatten();
+                    if let EgressDecision::DeferUntil(until) =
+                        decide_egress(last, rules.min_interval, rules.egress_guard, now)
+                    {
+                        // Another claim (or an earlier task of this batch) took the slot. A task that is
+                        // due stays as it is — untouched, it keeps its place in the backlog, and the
+                        // claim query passes its channel over until the slot is free. Only a task taken
+                        // over from an expired holder must be written now: its holder's attempt was just
+                        // closed, and the row must stop pointing at it.
+                        if superseded {
+                            let transition = deferral(&p.task.snapshot, uncertain, uncertain_since, until);
+                            writes.transition(&p.task, &transition, None);
+                        }
+                        batch.deferred.push(p.task.id);
+                        continue;
+                    }
+                    slots.insert(p.task.channel.as_str().to_owned(), Some(now));
+                    reserved.push(p.task.channel.as_str().to_owned());
+                }
+                writes.hold(&p.task, action, uncertain, uncertain_since, now + request.lease);
+                calls.push((p, action, uncertain, uncertain_since));
+            }
+        }
+    }
+
+    if !reserved.is_empty() {
+        sqlx::query("UPDATE channel_egress SET last_call_at = $2 WHERE channel = ANY($1)")
+            .bind(&reserved)
             .bind(to_db(now))
             .execute(&mut *conn)
             .await
             .map_err(store_error)?;
-            batch.claimed.push(ClaimedTask {
-                task_id: task.id,
-                reference: row.reference,
-                notification_id: task.notification_id,
-                user_id: task.user_id.clone(),
-                channel: task.channel.clone(),
-                token,
-                attempt_no,
-                action,
-                finish: FinishContext {
-                    action,
-                    prior_uncertain: uncertain,
-                    uncertain_since,
-                    attempt_started_at: now,
-                    expires_at: ctx.expires_at,
-                    attempts_used,
-                    budget: task.budget,
-                    capability: rules.contract.capability,
-                    retry: rules.retry,
-                },
-                body: row.body,
-                expires_at: ctx.expires_at,
-                destination: row.destination,
-                digest_count: task.digest_count,
-            });
-        }
     }
-    Ok(())
+    if !expired.0.is_empty() {
+        batch.lease_expired = expire_holders(conn, &expired, now).await?;
+    }
+    let held = if writes.id.is_empty() { Vec::new() } else { write_decisions(conn, &writes, request).await? };
+    let held: HashMap<i64, HeldRow> = held.into_iter().map(|h| (h.id, h)).collect();
+
+    for (p, action, uncertain, uncertain_since) in calls {
+        let Some(rules) = request.channels.get(&p.task.channel) else { continue };
+        let Some(h) = held.get(&p.task.id.0) else {
+            return Err(StoreError::Unknown(anyhow::anyhow!("a claimed task row was not written")));
+        };
+        let (token, attempts_used, attempt_no) = h.parts();
+        batch.claimed.push(ClaimedTask {
+            task_id: p.task.id,
+            reference: p.row.reference,
+            notification_id: p.task.notification_id,
+            user_id: p.task.user_id.clone(),
+            channel: p.task.channel.clone(),
+            token,
+            attempt_no,
+            action,
+            finish: FinishContext {
+                action,
+                prior_uncertain: uncertain,
+                uncertain_since,
+                attempt_started_at: now,
+                expires_at: p.expires_at,
+                attempts_used,
+                budget: p.task.budget,
+                capability: rules.contract.capability,
+                retry: rules.retry,
+            },
+            body: p.row.body,
+            expires_at: p.expires_at,
+            destination: p.row.destination,
+            digest_count: p.task.digest_count,
+        });
+    }
+    Ok(batch)
 }
 
-/// Marks the superseded holder's unfinished attempt `LEASE_EXPIRED`.
-async fn expire_holder(conn: &mut PgConnection, task: &TaskRow, now: Timestamp) -> Result<u32, StoreError> {
-    let Some(token) = task.token else { return Ok(0) };
-    let done = sqlx::query(
-        "UPDATE delivery_attempt SET outcome = 'LEASE_EXPIRED', finished_at = $3 \
-         WHERE user_id = $1 AND attempt_token = $2 AND outcome IS NULL",
+/// Notes the superseded holder's unfinished attempt, to be closed as `LEASE_EXPIRED`.
+fn expire(expired: &mut (Vec<String>, Vec<Uuid>), task: &TaskRow) {
+    if let Some(token) = task.token {
+        expired.0.push(task.user_id.as_str().to_owned());
+        expired.1.push(token);
+    }
+}
+
+/// Runs [`WRITE_DECISIONS`]; answers the holdings taken.
+async fn write_decisions(
+    conn: &mut PgConnection,
+    w: &Writes,
+    request: &ClaimRequest,
+) -> Result<Vec<HeldRow>, StoreError> {
+    sqlx::query_as(WRITE_DECISIONS)
+        .bind(&w.user_id)
+        .bind(&w.id)
+        .bind(&w.state)
+        .bind(&w.hold)
+        .bind(&w.next_at)
+        .bind(&w.d_count)
+        .bind(&w.d_no)
+        .bind(&w.uncertain)
+        .bind(&w.since)
+        .bind(&w.review)
+        .bind(&w.msg)
+        .bind(&w.set_error)
+        .bind(&w.error)
+        .bind(&w.action)
+        .bind(&w.outcome)
+        .bind(&request.worker)
+        .bind(to_db(request.now))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(store_error)
+}
+
+/// Locks the egress rows of `channels` (sorted, distinct) in that order, creating the missing ones;
+/// answers each channel's latest reservation.
+async fn lock_egress(
+    conn: &mut PgConnection,
+    channels: &[&ChannelName],
+) -> Result<HashMap<String, Option<Timestamp>>, StoreError> {
+    if channels.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let names: Vec<&str> = channels.iter().map(|c| c.as_str()).collect();
+    sqlx::query(
+        "INSERT INTO channel_egress (channel) SELECT c FROM unnest($1::text[]) AS c ORDER BY c \
+         ON CONFLICT (channel) DO NOTHING",
     )
-    .bind(task.user_id.as_str())
-    .bind(token)
+    .bind(&names)
+    .execute(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    let rows: Vec<(String, Option<DateTime<Utc>>)> = sqlx::query_as(
+        "SELECT channel, last_call_at FROM channel_egress WHERE channel = ANY($1) ORDER BY channel FOR UPDATE",
+    )
+    .bind(&names)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    Ok(rows.into_iter().map(|(channel, last)| (channel, opt_from_db(last))).collect())
+}
+
+/// Marks the superseded holders' unfinished attempts `LEASE_EXPIRED`, in one statement.
+async fn expire_holders(
+    conn: &mut PgConnection,
+    expired: &(Vec<String>, Vec<Uuid>),
+    now: Timestamp,
+) -> Result<u32, StoreError> {
+    let done = sqlx::query(
+        "UPDATE delivery_attempt a SET outcome = 'LEASE_EXPIRED', finished_at = $3 \
+         FROM unnest($1::text[], $2::uuid[]) AS e(user_id, token) \
+         WHERE a.user_id = e.user_id AND a.attempt_token = e.token AND a.outcome IS NULL",
+    )
+    .bind(&expired.0)
+    .bind(&expired.1)
     .bind(to_db(now))
     .execute(&mut *conn)
     .await

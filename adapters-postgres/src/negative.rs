@@ -5,17 +5,17 @@ use herald_ports::store::{ClaimBatch, ClaimRequest, FinishRecord, StoreError};
 use sqlx::postgres::PgRow;
 use sqlx::FromRow;
 
-use crate::claim::{claim_row, egress_spacing, CLAIM_QUERY};
+use crate::claim::{claim_rows, egress_spacing, CLAIM_QUERY};
 use crate::convert::{channel_names, opt_to_db, store_error, to_db};
 use crate::rows::ClaimRow;
 use crate::store::PgStore;
 
-/// NC1, first half: reads runnable tasks **without locking them** (no `FOR UPDATE … SKIP LOCKED`).
+/// NC1, first half: reads runnable tasks **without locking them** (no `FOR NO KEY UPDATE … SKIP LOCKED`).
 ///
 /// # Errors
 /// Store failures.
 pub async fn select_without_lock(store: &PgStore, request: &ClaimRequest) -> Result<Vec<PgRow>, StoreError> {
-    let query = CLAIM_QUERY.replace("FOR UPDATE OF t SKIP LOCKED", "");
+    let query = CLAIM_QUERY.replace("FOR NO KEY UPDATE OF t SKIP LOCKED", "");
     let (limited, spacing) = egress_spacing(&request.channels);
     sqlx::query(&query)
         .bind(to_db(request.now))
@@ -34,10 +34,8 @@ pub async fn select_without_lock(store: &PgStore, request: &ClaimRequest) -> Res
 /// Store failures.
 pub async fn claim_selected(store: &PgStore, request: &ClaimRequest, rows: &[PgRow]) -> Result<ClaimBatch, StoreError> {
     let mut tx = store.pool().begin().await.map_err(store_error)?;
-    let mut batch = ClaimBatch::default();
-    for row in rows {
-        claim_row(&mut tx, ClaimRow::from_row(row).map_err(store_error)?, request, &mut batch).await?;
-    }
+    let rows = rows.iter().map(ClaimRow::from_row).collect::<Result<Vec<_>, _>>().map_err(store_error)?;
+    let batch = claim_rows(&mut tx, rows, request).await?;
     tx.commit().await.map_err(store_error)?;
     Ok(batch)
 }

@@ -54,7 +54,7 @@ macro_rules! task_view_columns {
 pub(crate) use task_view_columns;
 
 /// A task row as decisions read it ([`task_decision_columns!`]).
-#[derive(sqlx::FromRow)]
+#[derive(Clone, sqlx::FromRow)]
 pub(crate) struct TaskDecisionRow {
     id: i64,
     user_id: String,
@@ -134,9 +134,10 @@ impl ClaimRow {
     }
 }
 
-/// The holding a claim took: what the `UPDATE … RETURNING` of the lease answers.
+/// A holding a claim took: what the `UPDATE … RETURNING` of the lease answers for one task.
 #[derive(sqlx::FromRow)]
 pub(crate) struct HeldRow {
+    pub id: i64,
     attempt_token: Uuid,
     attempt_count: i32,
     last_attempt_no: i32,
@@ -144,7 +145,7 @@ pub(crate) struct HeldRow {
 
 impl HeldRow {
     /// The token, the attempts used with this one, and this attempt's number.
-    pub(crate) fn into_parts(self) -> (AttemptToken, u32, i32) {
+    pub(crate) fn parts(&self) -> (AttemptToken, u32, i32) {
         (AttemptToken(self.attempt_token), count_u32(self.attempt_count), self.last_attempt_no)
     }
 }

@@ -79,14 +79,19 @@ async fn ensure_template() -> anyhow::Result<String> {
             let rename = format!("ALTER DATABASE {building} RENAME TO {name}");
             let mut tries = 0;
             while let Err(error) = sqlx::query(&rename).execute(&mut conn).await {
-                tries += 1;
-                anyhow::ensure!(tries < 250, "cannot finish the template {name}: {error}");
-                sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()")
+                // On a busy machine closing backends (or an autovacuum worker) can outlast a second;
+                // nothing else may use a database being built, so end them.
+                sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
                     .bind(&building)
                     .execute(&mut conn)
                     .await?;
+                tries += 1;
+                anyhow::ensure!(tries < 250, "cannot finish the template {name}: {error}");
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
+            // No session may open it any more — an autovacuum worker attached to a template makes every
+            // `CREATE DATABASE … TEMPLATE` fail with "being accessed by other users".
+            sqlx::query(&format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")).execute(&mut conn).await?;
         }
         anyhow::Ok(())
     }

@@ -60,6 +60,12 @@ async fn main() -> anyhow::Result<()> {
     println!("create: {create_secs:.2} s, {:.0} notifications/s ({:.0}/min)", n / create_secs, n / create_secs * 60.0);
     println!("drain:  {drain_secs:.2} s, {:.0} tasks/s ({:.0}/min)", t / drain_secs, t / drain_secs * 60.0);
     println!("reports {reports}, SENT {sent}, real sends at the stand-ins {real_sends}");
+    // Idle backends report their table statistics within 10 s; wait for them, then read how many task
+    // updates were HOT (no index entry written).
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    let updates = world.db.count("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'delivery_task'").await?;
+    let hot = world.db.count("SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'delivery_task'").await?;
+    println!("delivery_task updates {updates}, of which HOT {hot}");
     anyhow::ensure!(sent == tasks && i64::try_from(real_sends)? == tasks, "not every task was sent exactly once");
     Ok(())
 }
