@@ -8,7 +8,7 @@ use herald_domain::claim::{decide_claim, ClaimContext, ClaimDecision};
 use herald_domain::egress::{decide_egress, deferral, EgressDecision};
 use herald_domain::finish::FinishContext;
 use herald_domain::{Action, ChannelName, ChannelRules, Millis, Outcome, TaskState, Timestamp, Transition};
-use herald_ports::store::{ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Settled, StoreError};
+use herald_ports::store::{ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Deferred, Settled, StoreError};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -235,7 +235,7 @@ pub(crate) async fn claim_rows(
 
     let mut batch = ClaimBatch::default();
     let mut writes = Writes::default();
-    let mut expired: (Vec<String>, Vec<Uuid>) = (Vec::new(), Vec::new());
+    let mut expired: (Vec<String>, Vec<Uuid>, Vec<String>) = (Vec::new(), Vec::new(), Vec::new());
     let mut calls: Vec<(Planned, Action, bool, Option<Timestamp>)> = Vec::new();
     for p in planned {
         let Some(rules) = request.channels.get(&p.task.channel) else { continue };
@@ -272,7 +272,7 @@ pub(crate) async fn claim_rows(
                             let transition = deferral(&p.task.snapshot, uncertain, uncertain_since, until);
                             writes.transition(&p.task, &transition, None);
                         }
-                        batch.deferred.push(p.task.id);
+                        batch.deferred.push(Deferred { task_id: p.task.id, channel: p.task.channel.clone() });
                         continue;
                     }
                     slots.insert(p.task.channel.as_str().to_owned(), Some(now));
@@ -334,10 +334,11 @@ pub(crate) async fn claim_rows(
 }
 
 /// Notes the superseded holder's unfinished attempt, to be closed as `LEASE_EXPIRED`.
-fn expire(expired: &mut (Vec<String>, Vec<Uuid>), task: &TaskRow) {
+fn expire(expired: &mut (Vec<String>, Vec<Uuid>, Vec<String>), task: &TaskRow) {
     if let Some(token) = task.token {
         expired.0.push(task.user_id.as_str().to_owned());
         expired.1.push(token);
+        expired.2.push(task.channel.as_str().to_owned());
     }
 }
 
@@ -401,21 +402,23 @@ async fn lock_egress(
 /// Marks the superseded holders' unfinished attempts `LEASE_EXPIRED`, in one statement.
 async fn expire_holders(
     conn: &mut PgConnection,
-    expired: &(Vec<String>, Vec<Uuid>),
+    expired: &(Vec<String>, Vec<Uuid>, Vec<String>),
     now: Timestamp,
-) -> Result<u32, StoreError> {
-    let done = sqlx::query(
+) -> Result<Vec<ChannelName>, StoreError> {
+    let channels: Vec<String> = sqlx::query_scalar(
         "UPDATE delivery_attempt a SET outcome = 'LEASE_EXPIRED', finished_at = $3 \
-         FROM unnest($1::text[], $2::uuid[]) AS e(user_id, token) \
-         WHERE a.user_id = e.user_id AND a.attempt_token = e.token AND a.outcome IS NULL",
+         FROM unnest($1::text[], $2::uuid[], $4::text[]) AS e(user_id, token, channel) \
+         WHERE a.user_id = e.user_id AND a.attempt_token = e.token AND a.outcome IS NULL \
+         RETURNING e.channel",
     )
     .bind(&expired.0)
     .bind(&expired.1)
     .bind(to_db(now))
-    .execute(&mut *conn)
+    .bind(&expired.2)
+    .fetch_all(&mut *conn)
     .await
     .map_err(store_error)?;
-    Ok(u32::try_from(done.rows_affected()).unwrap_or(0))
+    Ok(channels.into_iter().map(ChannelName).collect())
 }
 
 /// Locks the channel's egress row and decides whether a call may be reserved at `now`; records the

@@ -91,16 +91,12 @@ pub(crate) fn record_submission(created: bool) {
     metrics::counter!(SUBMISSIONS_TOTAL, "result" => if created { "created" } else { "duplicate" }).increment(1);
 }
 
-pub(crate) fn record_lease_expiries(count: u32) {
-    if count > 0 {
-        metrics::counter!(LEASE_EXPIRIES_TOTAL).increment(u64::from(count));
-    }
+pub(crate) fn record_lease_expiry(channel: &ChannelName) {
+    metrics::counter!(LEASE_EXPIRIES_TOTAL, "channel" => channel.to_string()).increment(1);
 }
 
-pub(crate) fn record_deferrals(count: usize) {
-    if count > 0 {
-        metrics::counter!(DEFERRALS_TOTAL).increment(count as u64);
-    }
+pub(crate) fn record_deferral(channel: &ChannelName) {
+    metrics::counter!(DEFERRALS_TOTAL, "channel" => channel.to_string()).increment(1);
 }
 
 pub(crate) fn record_stale(channel: &ChannelName) {

@@ -166,11 +166,15 @@ impl Worker {
         };
         let batch = self.store.claim(&request).await?;
         let claimed_at = Instant::now();
-        metrics::record_lease_expiries(batch.lease_expired);
-        metrics::record_deferrals(batch.deferred.len());
-        if batch.lease_expired > 0 {
+        for channel in &batch.lease_expired {
+            metrics::record_lease_expiry(channel);
+        }
+        for deferred in &batch.deferred {
+            metrics::record_deferral(&deferred.channel);
+        }
+        if !batch.lease_expired.is_empty() {
             tracing::warn!(
-                count = batch.lease_expired,
+                count = batch.lease_expired.len(),
                 "found attempts whose lease expired (their worker stopped or lost the database); they are \
                  LEASE_EXPIRED and the tasks continue as uncertain"
             );
@@ -195,7 +199,7 @@ impl Worker {
                 _ => Report::Failed(settled.task_id),
             });
         }
-        reports.extend(batch.deferred.iter().map(|&task| Report::Deferred(task)));
+        reports.extend(batch.deferred.iter().map(|d| Report::Deferred(d.task_id)));
         let finished =
             join_all(batch.claimed.into_iter().map(|task| self.call_and_finish(task, clock_read, claimed_at))).await;
         for report in finished {
@@ -638,7 +642,7 @@ mod tests {
                 settled(5, TaskState::Failed, false),
                 settled(6, TaskState::Unknown, true),
             ],
-            deferred: vec![TaskId(7)],
+            deferred: vec![herald_ports::Deferred { task_id: TaskId(7), channel: ChannelName::from("push") }],
             ..ClaimBatch::default()
         };
         let reports = worker(batch, 0).run_once().await.expect("cycle");

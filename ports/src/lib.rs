@@ -16,8 +16,8 @@ pub use cipher::{CipherError, DestinationCipher};
 pub use clock::Clock;
 pub use prefs::{ChannelPref, PreferenceStore, StoredDestination};
 pub use store::{
-    AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, EgressSlot, FinishRecord, FinishResult,
-    InboxChannel, InboxCursor, InboxItem, MarkRead, Merged, NewNotification, NotificationStore, NotificationView,
-    OutcomeCount, ParkedFilter, ParkedTask, ResolveError, Resolved, Settled, StoreError, StoredSubmission, TaskCount,
-    TaskSummary, TaskView, TestSendGrant,
+    AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, Deferred, EgressSlot, FinishRecord,
+    FinishResult, InboxChannel, InboxCursor, InboxItem, MarkRead, Merged, NewNotification, NotificationStore,
+    NotificationView, OutcomeCount, ParkedFilter, ParkedTask, ResolveError, Resolved, Settled, StoreError,
+    StoredSubmission, TaskCount, TaskSummary, TaskView, TestSendGrant,
 };

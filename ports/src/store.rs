@@ -185,10 +185,17 @@ pub struct Settled {
 pub struct ClaimBatch {
     pub claimed: Vec<ClaimedTask>,
     pub settled: Vec<Settled>,
-    /// Tasks moved to a later `next_attempt_at` by an egress interval (no attempt spent).
-    pub deferred: Vec<TaskId>,
-    /// Attempts found holding an expired lease and marked `LEASE_EXPIRED`.
-    pub lease_expired: u32,
+    /// Tasks passed over (or moved to a later `next_attempt_at`) by an egress interval: no attempt spent.
+    pub deferred: Vec<Deferred>,
+    /// The channel of each attempt found holding an expired lease and marked `LEASE_EXPIRED`.
+    pub lease_expired: Vec<ChannelName>,
+}
+
+/// A task a claim deferred because its channel's egress slot was not free.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deferred {
+    pub task_id: TaskId,
+    pub channel: ChannelName,
 }
 
 /// What the worker observed, and the transition it computed, for one claimed attempt.

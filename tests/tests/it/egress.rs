@@ -199,3 +199,41 @@ async fn the_interval_holds_across_worker_processes() {
     }
     assert_eq!(world.miao.sends(), TASKS as u64);
 }
+
+/// The deferral and lease-expiry counters carry the channel: an operator sees which channel waits for
+/// its slot and which one lost a holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferrals_and_lease_expiries_are_counted_per_channel() {
+    use herald_ports::store::ClaimRequest;
+
+    let metrics = herald_tests::api::metrics_handle();
+    let world = World::with(ClockMode::Manual, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = Some(10_000);
+    })
+    .await
+    .expect("world");
+    world.user("c", &["push"]).await.expect("c");
+    world.submit("c", "e1", HOUR, None).await.expect("submit c");
+    // A holder that takes the push task and is never heard of again.
+    let services = world.services();
+    let request = ClaimRequest {
+        worker: "gone".into(),
+        now: services.clock.now().await.expect("now"),
+        lease: Millis(1_000),
+        limit: 10,
+        channels: world.table(),
+    };
+    assert_eq!(services.store.claim(&request).await.expect("claim").claimed.len(), 1);
+    world.user("a", &["miao"]).await.expect("a");
+    world.user("b", &["miao"]).await.expect("b");
+    world.submit("a", "e1", HOUR, None).await.expect("submit a");
+    world.submit("b", "e1", HOUR, None).await.expect("submit b");
+    world.advance(2_000);
+
+    let cycle = world.worker("w1", 60_000).run_once().await.expect("cycle");
+    assert_eq!(cycle.iter().filter(|r| matches!(r, Report::Deferred(_))).count(), 1, "{cycle:?}");
+    let text = metrics.render();
+    assert!(text.contains("herald_deferrals_total{channel=\"miao\"}"), "{text}");
+    assert!(text.contains("herald_lease_expiries_total{channel=\"push\"}"), "{text}");
+}

@@ -448,7 +448,7 @@ impl Harness {
             .iter()
             .map(|c| c.task_id)
             .chain(batch.settled.iter().map(|s| s.task_id))
-            .chain(batch.deferred.iter().copied());
+            .chain(batch.deferred.iter().map(|d| d.task_id));
         let mut selected = Vec::new();
         for id in ids {
             let Some(i) = self.model.task_index(id) else { return Err(format!("a claim returned unknown task {id}")) };
@@ -472,7 +472,7 @@ impl Harness {
             let id = TaskId(self.model.tasks[i].row.id);
             let claimed = batch.claimed.iter().find(|c| c.task_id == id);
             let settled = batch.settled.iter().find(|s| s.task_id == id);
-            let deferred = batch.deferred.contains(&id);
+            let deferred = batch.deferred.iter().any(|d| d.task_id == id);
             match self.model.decide(i) {
                 ClaimDecision::Skip => return Err(format!("the claim took task {id}, which the domain skips")),
                 ClaimDecision::Call { action, uncertain, superseded, uncertain_since, .. } => {
@@ -529,9 +529,9 @@ impl Harness {
             }
         }
         ensure!(
-            batch.lease_expired == expired,
+            batch.lease_expired.len() == expired as usize,
             "the claim reports {} expired leases, the model {expired}",
-            batch.lease_expired
+            batch.lease_expired.len()
         );
         self.stats.lease_expired += expired;
         Ok(())
