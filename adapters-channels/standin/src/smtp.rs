@@ -150,27 +150,13 @@ impl SmtpMessage {
     /// The value of the first header `name` (case-insensitive), unfolded.
     #[must_use]
     pub fn header(&self, name: &str) -> Option<String> {
-        let head = self.data.split("\r\n\r\n").next().unwrap_or_default();
-        let mut lines = head.split("\r\n").peekable();
-        while let Some(line) = lines.next() {
-            let Some((key, value)) = line.split_once(':') else { continue };
-            if key.eq_ignore_ascii_case(name) {
-                let mut value = value.trim().to_owned();
-                while let Some(next) = lines.peek().filter(|l| l.starts_with([' ', '\t'])) {
-                    value.push(' ');
-                    value.push_str(next.trim());
-                    lines.next();
-                }
-                return Some(value);
-            }
-        }
-        None
+        message_header(&self.data, name)
     }
 
     /// The body (after the blank line).
     #[must_use]
     pub fn body(&self) -> &str {
-        self.data.split_once("\r\n\r\n").map_or("", |(_, body)| body)
+        message_body(&self.data)
     }
 
     /// The task reference of the Message-ID `<ntf-{reference}@…>`, when it has that form.
@@ -565,4 +551,30 @@ async fn data(
         SmtpScript::Garbage => reply(stream, "OK, got it").await,
         _ => reply(stream, &accepted).await,
     }
+}
+
+/// The value of the first header `name` (case-insensitive, folded lines joined) of an RFC 5322 message.
+#[must_use]
+pub fn message_header(data: &str, name: &str) -> Option<String> {
+    let head = data.split("\r\n\r\n").next().unwrap_or_default();
+    let mut lines = head.split("\r\n").peekable();
+    while let Some(line) = lines.next() {
+        let Some((key, value)) = line.split_once(':') else { continue };
+        if key.eq_ignore_ascii_case(name) {
+            let mut value = value.trim().to_owned();
+            while let Some(next) = lines.peek().filter(|l| l.starts_with([' ', '\t'])) {
+                value.push(' ');
+                value.push_str(next.trim());
+                lines.next();
+            }
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// The body of an RFC 5322 message (after the blank line).
+#[must_use]
+pub fn message_body(data: &str) -> &str {
+    data.split_once("\r\n\r\n").map_or("", |(_, body)| body)
 }

@@ -30,27 +30,13 @@ impl Received {
     /// The value of the first header `name` (case-insensitive), unfolded.
     #[must_use]
     pub fn header(&self, name: &str) -> Option<String> {
-        let head = self.data.split("\r\n\r\n").next().unwrap_or_default();
-        let mut lines = head.split("\r\n").peekable();
-        while let Some(line) = lines.next() {
-            let Some((key, value)) = line.split_once(':') else { continue };
-            if key.eq_ignore_ascii_case(name) {
-                let mut value = value.trim().to_owned();
-                while let Some(next) = lines.peek().filter(|l| l.starts_with([' ', '\t'])) {
-                    value.push(' ');
-                    value.push_str(next.trim());
-                    lines.next();
-                }
-                return Some(value);
-            }
-        }
-        None
+        herald_standin::smtp::message_header(&self.data, name)
     }
 
     /// The body (after the blank line).
     #[must_use]
     pub fn body(&self) -> &str {
-        self.data.split_once("\r\n\r\n").map_or("", |(_, body)| body)
+        herald_standin::smtp::message_body(&self.data)
     }
 }
 
