@@ -11,7 +11,6 @@ use herald_ports::store::{ChannelTable, Created, Merged, NewNotification, StoreE
 use sqlx::{PgConnection, PgPool};
 
 use crate::convert::{channel_names, count_i32, count_u32, from_db, store_error, to_db};
-use crate::notify::notify_new_tasks;
 use crate::rows::TaskSummaryRow;
 
 /// One transaction: the notification (`ON CONFLICT (user_id, event_key) DO NOTHING`), then — only when
@@ -79,10 +78,6 @@ pub(crate) async fn create(
             Placed::Task(summary) => tasks.push(summary),
             Placed::Merged(digest_task_id) => merged.push(Merged { channel: channel.clone(), digest_task_id }),
         }
-    }
-    if !tasks.is_empty() {
-        // Delivered to listening workers at commit, never for a rolled-back create (SPEC §4 wake-up).
-        notify_new_tasks(&mut tx).await?;
     }
     tx.commit().await.map_err(store_error)?;
     Ok(Created { notification_id: NotificationId(id), created: true, tasks, merged, differs: Vec::new() })

@@ -33,6 +33,39 @@ const FINISH_QUERY: &str = "WITH held AS ( \
      RETURNING CASE WHEN mine.held THEN 'applied' WHEN a.outcome IS NOT DISTINCT FROM $12 THEN 'repeated' \
        ELSE 'stale' END";
 
+/// [`FINISH_QUERY`] for many attempts in one statement (SPEC §5): the same fence, row by row. Each input
+/// row changes its task only while its own token holds it; a superseded row lands as its attempt's late
+/// outcome and does not affect the others. Rows are taken in (user, task) order, so two batches that
+/// wait on one another lock in the same order. Answers one row per input attempt: its token and
+/// `applied`, `repeated` or `stale`.
+const FINISH_BATCH_QUERY: &str = "WITH input AS ( \
+       SELECT * FROM unnest($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::bool[], $6::bool[], \
+         $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[], $11::timestamptz[], $12::text[], $13::text[]) \
+         AS i(user_id, task_id, token, state, uncertain, review, next_at, uncertain_since, provider_msg_id, \
+              last_error, now, outcome, detail)), \
+     held AS ( \
+       UPDATE delivery_task t SET state = i.state, outcome_uncertain = i.uncertain, needs_review = i.review, \
+         next_attempt_at = i.next_at, uncertain_since = i.uncertain_since, \
+         provider_msg_id = COALESCE(i.provider_msg_id, t.provider_msg_id), last_error = i.last_error, \
+         attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = i.now \
+       FROM (SELECT * FROM input ORDER BY user_id, task_id) i \
+       WHERE t.user_id = i.user_id AND t.id = i.task_id AND t.state = 'SENDING' AND t.attempt_token = i.token \
+       RETURNING i.token) \
+     UPDATE delivery_attempt a SET \
+       outcome = CASE WHEN h.token IS NOT NULL THEN i.outcome ELSE a.outcome END, \
+       detail = CASE WHEN h.token IS NOT NULL THEN i.detail ELSE a.detail END, \
+       finished_at = CASE WHEN h.token IS NOT NULL THEN i.now ELSE a.finished_at END, \
+       late_outcome = CASE WHEN h.token IS NOT NULL OR a.outcome IS NOT DISTINCT FROM i.outcome \
+         THEN a.late_outcome ELSE i.outcome END, \
+       late_detail = CASE WHEN h.token IS NOT NULL OR a.outcome IS NOT DISTINCT FROM i.outcome \
+         THEN a.late_detail ELSE i.detail END, \
+       late_at = CASE WHEN h.token IS NOT NULL OR a.outcome IS NOT DISTINCT FROM i.outcome \
+         THEN a.late_at ELSE i.now END \
+     FROM input i LEFT JOIN held h ON h.token = i.token \
+     WHERE a.user_id = i.user_id AND a.attempt_token = i.token \
+     RETURNING a.attempt_token, CASE WHEN h.token IS NOT NULL THEN 'applied' \
+       WHEN a.outcome IS NOT DISTINCT FROM i.outcome THEN 'repeated' ELSE 'stale' END";
+
 /// Takes back an attempt whose holder missed its egress slot (SPEC §7), fenced like the finish: while
 /// the token still holds the task, the task returns to its claim-time knowledge with the attempt count
 /// and number undone, and the attempt row goes — no call was made, and attempt rows record calls and
@@ -74,6 +107,44 @@ pub(crate) async fn finish(pool: &PgPool, record: &FinishRecord) -> Result<Finis
         Some(_) => Ok(FinishResult::Stale),
         None => Err(StoreError::Unknown(anyhow::anyhow!("no attempt row for the finishing token"))),
     }
+}
+
+/// Runs [`FINISH_BATCH_QUERY`] for `records`; the results are in the order of `records`.
+pub(crate) async fn finish_batch(
+    pool: &PgPool,
+    records: &[FinishRecord],
+) -> Result<Vec<Result<FinishResult, StoreError>>, StoreError> {
+    if records.is_empty() {
+        return Ok(Vec::new());
+    }
+    let column = |f: &dyn Fn(&FinishRecord) -> String| records.iter().map(f).collect::<Vec<_>>();
+    let transitions = records.iter().map(|r| &r.transition);
+    let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(FINISH_BATCH_QUERY)
+        .bind(column(&|r| r.user_id.as_str().to_owned()))
+        .bind(records.iter().map(|r| r.task_id.0).collect::<Vec<_>>())
+        .bind(records.iter().map(|r| r.token.0).collect::<Vec<_>>())
+        .bind(column(&|r| r.transition.state.as_str().to_owned()))
+        .bind(transitions.clone().map(|t| t.outcome_uncertain).collect::<Vec<_>>())
+        .bind(transitions.clone().map(|t| t.needs_review).collect::<Vec<_>>())
+        .bind(transitions.clone().map(|t| opt_to_db(t.next_attempt_at)).collect::<Vec<_>>())
+        .bind(transitions.clone().map(|t| opt_to_db(t.uncertain_since)).collect::<Vec<_>>())
+        .bind(transitions.map(|t| t.provider_msg_id.clone()).collect::<Vec<_>>())
+        .bind(records.iter().map(last_error).collect::<Vec<_>>())
+        .bind(records.iter().map(|r| to_db(r.now)).collect::<Vec<_>>())
+        .bind(column(&|r| r.observation.outcome().as_str().to_owned()))
+        .bind(column(&|r| r.detail.clone()))
+        .fetch_all(pool)
+        .await
+        .map_err(store_error)?;
+    let answers: std::collections::HashMap<uuid::Uuid, String> = rows.into_iter().collect();
+    Ok(records
+        .iter()
+        .map(|record| match answers.get(&record.token.0).map(String::as_str) {
+            Some("applied" | "repeated") => Ok(FinishResult::Applied),
+            Some(_) => Ok(FinishResult::Stale),
+            None => Err(StoreError::Unknown(anyhow::anyhow!("no attempt row for the finishing token"))),
+        })
+        .collect())
 }
 
 /// Runs [`GIVE_BACK_QUERY`] for `record`.

@@ -1,4 +1,4 @@
-//! Wake-ups for workers: `create` notifies [`TASKS_CHANNEL`] when it wrote tasks, and a
+//! Wake-ups for workers: the store announces on [`TASKS_CHANNEL`] that creates wrote tasks, and a
 //! [`TaskListener`] (PostgreSQL `LISTEN` over its own connection) hears it.
 //!
 //! A notification only says "look now"; it carries nothing and losing one costs at most one poll
@@ -6,22 +6,58 @@
 //! [`Wakeup::Reconnected`] tells the caller that notifications may have been missed while it was away,
 //! so it should wake the workers once anyway.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use herald_ports::StoreError;
 use sqlx::postgres::{PgListener, PgPoolOptions};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 
 use crate::convert::store_error;
 
 /// The `LISTEN`/`NOTIFY` channel on which `create` announces new tasks.
 pub const TASKS_CHANNEL: &str = "herald_tasks";
 
-/// Queues a notification in the caller's transaction; PostgreSQL delivers it at commit (and folds
-/// identical notifications of one transaction into one).
-pub(crate) async fn notify_new_tasks(conn: &mut PgConnection) -> Result<(), StoreError> {
-    sqlx::query("SELECT pg_notify($1, '')").bind(TASKS_CHANNEL).execute(&mut *conn).await.map_err(store_error)?;
-    Ok(())
+/// How long a process gathers commits before it announces them: every create that wrote tasks within
+/// this window shares one `NOTIFY`.
+pub const WAKEUP_DEBOUNCE: Duration = Duration::from_millis(2);
+
+/// Announces committed tasks on [`TASKS_CHANNEL`], at most once per [`WAKEUP_DEBOUNCE`] per process.
+///
+/// The `NOTIFY` is its own statement after the commits it announces, not part of their transactions: a
+/// `NOTIFY` in a transaction takes PostgreSQL's global notify lock at commit, which serialises every
+/// committing create behind it. Sent after the commit, a wake-up never announces a rolled-back create,
+/// and a listener that wakes sees the rows. A lost one (the process dies, the statement fails) costs at
+/// most one poll interval, as any lost wake-up.
+#[derive(Clone, Debug)]
+pub(crate) struct Announcer {
+    pool: PgPool,
+    pending: Arc<AtomicBool>,
+}
+
+impl Announcer {
+    pub(crate) fn new(pool: PgPool) -> Announcer {
+        Announcer { pool, pending: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// Called after a commit that wrote tasks. The first call of a window schedules the `NOTIFY`; the
+    /// flag is cleared before it is sent, so a commit after the clearing schedules the next one and no
+    /// commit goes unannounced.
+    pub(crate) fn committed_tasks(&self) {
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (pool, pending) = (self.pool.clone(), Arc::clone(&self.pending));
+        tokio::spawn(async move {
+            tokio::time::sleep(WAKEUP_DEBOUNCE).await;
+            pending.store(false, Ordering::Release);
+            if let Err(error) = sqlx::query("SELECT pg_notify($1, '')").bind(TASKS_CHANNEL).execute(&pool).await {
+                // Workers keep polling; a missed wake-up delays new tasks by at most the poll interval.
+                tracing::debug!(%error, "could not announce new tasks; workers will find them by polling");
+            }
+        });
+    }
 }
 
 /// What a listener heard.

@@ -18,7 +18,7 @@ use sqlx::{Connection as _, PgConnection, PgPool};
 
 use crate::clock::PgClock;
 use crate::convert::store_error;
-use crate::notify::TaskListener;
+use crate::notify::{Announcer, TaskListener};
 use crate::{claim, create, finish, read, resolve, test_send, views};
 
 /// The PostgreSQL store. Cheap to clone: it is a connection pool (two, when finishes get their own).
@@ -29,6 +29,8 @@ pub struct PgStore {
     /// one of their own, so that claims and API requests queueing for connections never delay the write
     /// that records what a channel answered.
     pub(crate) finishes: PgPool,
+    /// Tells listening workers, debounced, that creates committed new tasks.
+    announcer: Announcer,
 }
 
 impl PgStore {
@@ -42,7 +44,7 @@ impl PgStore {
 
     #[must_use]
     pub fn from_pool(pool: PgPool) -> PgStore {
-        PgStore { finishes: pool.clone(), pool }
+        PgStore { finishes: pool.clone(), announcer: Announcer::new(pool.clone()), pool }
     }
 
     /// Gives finishes and give-backs a pool of their own of `max_connections` (SPEC §5: the outcome of a
@@ -161,7 +163,11 @@ impl NotificationStore for PgStore {
         channels: &ChannelTable,
         now: Timestamp,
     ) -> Result<Created, StoreError> {
-        create::create(&self.pool, new, channels, now).await
+        let created = create::create(&self.pool, new, channels, now).await?;
+        if !created.tasks.is_empty() {
+            self.announcer.committed_tasks();
+        }
+        Ok(created)
     }
 
     async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError> {
@@ -176,6 +182,14 @@ impl NotificationStore for PgStore {
     #[tracing::instrument(skip_all, fields(task_id = %record.task_id))]
     async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError> {
         finish::finish(&self.finishes, record).await
+    }
+
+    #[tracing::instrument(skip_all, fields(attempts = records.len()))]
+    async fn finish_batch(
+        &self,
+        records: &[FinishRecord],
+    ) -> Result<Vec<Result<FinishResult, StoreError>>, StoreError> {
+        finish::finish_batch(&self.finishes, records).await
     }
 
     #[tracing::instrument(skip_all, fields(task_id = %record.task_id))]

@@ -446,6 +446,23 @@ pub trait NotificationStore: Send + Sync {
     /// [`FinishResult::Stale`] without touching the task.
     async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError>;
 
+    /// [`NotificationStore::finish`] for many attempts at once, each fenced by its own token: a stale
+    /// record lands as its attempt's late outcome and does not affect the others. The inner results are
+    /// in the order of `records`; the outer error means nothing was written.
+    ///
+    /// The default finishes one record after the other (for store wrappers); `PgStore` writes the whole
+    /// batch in one statement.
+    async fn finish_batch(
+        &self,
+        records: &[FinishRecord],
+    ) -> Result<Vec<Result<FinishResult, StoreError>>, StoreError> {
+        let mut results = Vec::with_capacity(records.len());
+        for record in records {
+            results.push(self.finish(record).await);
+        }
+        Ok(results)
+    }
+
     /// SPEC §7: while the attempt still holds the task, stores the give-back transition and removes the
     /// attempt (no call was made, so no budget is spent and no attempt row stays); otherwise changes
     /// nothing and returns [`FinishResult::Stale`].

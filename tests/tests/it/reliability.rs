@@ -18,8 +18,8 @@ use herald_domain::classify::Classified;
 use herald_domain::egress::EgressDecision;
 use herald_domain::resolve::FinalState;
 use herald_domain::{
-    ChannelName, ChannelRules, EventKey, Millis, NotificationId, Outcome, QueryConsistency, TaskId, TaskState,
-    ThreadKey, Timestamp, UserId,
+    finish, ChannelName, ChannelRules, EventKey, Jitter, Millis, NotificationId, Observation, Outcome,
+    QueryConsistency, TaskId, TaskState, ThreadKey, Timestamp, UserId,
 };
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, Created, FinishRecord, FinishResult, GiveBack, InboxItem, NewNotification,
@@ -338,6 +338,73 @@ async fn a_failed_finish_write_is_retried_while_the_lease_lasts() {
         assert_eq!(view.attempts[0].late_outcome, None, "a repeated write is not a late observation");
         assert_eq!(world.miao.sends(), 1);
     }
+}
+
+/// Finishes are written in batches, each row fenced by its own token: in one statement, two attempts
+/// that still hold their tasks are applied, and the attempt of a holder superseded meanwhile lands as
+/// its attempt's late outcome without touching the task its successor holds. Sent again (the answer was
+/// lost), the batch is recognised as already written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_finishes_is_fenced_row_by_row() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    world.user("u1", &["push"]).await.expect("user");
+    let mut created = Vec::new();
+    for event in ["e1", "e2", "e3"] {
+        created.push(world.submit("u1", event, HOUR, None).await.expect("submit"));
+    }
+    let claim = |worker: &str, lease: u64, limit: u32| ClaimRequest {
+        worker: worker.into(),
+        now: world.manual.read(),
+        lease: Millis(lease),
+        limit,
+        channels: world.table(),
+    };
+    let old = world.store.claim(&claim("old", 10_000, 3)).await.expect("claim").claimed;
+    assert_eq!(old.len(), 3);
+    // The third task's holder stalls past its lease (the other two are made unclaimable by moving
+    // their leases on); a newer holder takes the third over.
+    let stalled = &old[2];
+    world.advance(11_000);
+    sqlx::query("UPDATE delivery_task SET lease_until = lease_until + interval '1 hour' WHERE id <> $1")
+        .bind(stalled.task_id.0)
+        .execute(&world.db.store.pool().clone())
+        .await
+        .expect("keep two leases");
+    let newer = world.store.claim(&claim("new", 60_000, 3)).await.expect("claim").claimed;
+    assert_eq!(newer.iter().map(|t| t.task_id).collect::<Vec<_>>(), vec![stalled.task_id], "only the expired one");
+
+    let now = world.manual.read();
+    let accepted = Observation::Accepted { provider_msg_id: Some("p-1".into()) };
+    let records: Vec<FinishRecord> = old
+        .iter()
+        .map(|held| FinishRecord {
+            task_id: held.task_id,
+            user_id: held.user_id.clone(),
+            token: held.token,
+            transition: finish(&held.finish, &accepted, now, Jitter::NONE),
+            observation: accepted.clone(),
+            detail: "accepted".into(),
+            now,
+        })
+        .collect();
+    let results = world.store.finish_batch(&records).await.expect("one statement");
+    let results: Vec<FinishResult> = results.into_iter().map(|r| r.expect("row")).collect();
+    assert_eq!(results, vec![FinishResult::Applied, FinishResult::Applied, FinishResult::Stale]);
+    for (made, held) in created.iter().zip(&old).take(2) {
+        let view = world.task(made.notification_id, held.task_id).await.expect("view");
+        assert_eq!((view.state, view.attempts[0].outcome), (TaskState::Sent, Some(Outcome::Accepted)));
+    }
+    let view = world.task(created[2].notification_id, stalled.task_id).await.expect("view");
+    assert_eq!(view.state, TaskState::Sending, "the successor still holds it");
+    assert_eq!(view.attempts.len(), 2);
+    assert_eq!(view.attempts[0].late_outcome, Some(Outcome::Accepted), "the stale row kept as a late outcome");
+    assert_eq!(view.attempts[1].outcome, None, "the successor's attempt is untouched");
+
+    let again = world.store.finish_batch(&records).await.expect("repeat");
+    let again: Vec<FinishResult> = again.into_iter().map(|r| r.expect("row")).collect();
+    assert_eq!(again, vec![FinishResult::Applied, FinishResult::Applied, FinishResult::Stale]);
+    let view = world.task(created[0].notification_id, old[0].task_id).await.expect("view");
+    assert_eq!((view.attempts.len(), view.attempts[0].late_outcome), (1, None), "a repeat is no late outcome");
 }
 
 // ---------------------------------------------------------------------------------------------------
