@@ -37,7 +37,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP API and the workers in one process.
     Serve(ServiceArgs),
-    /// Run only the workers (claim → call → finish), as many as `worker.concurrency`.
+    /// Run only the workers (claim → call → finish), up to `worker.concurrency` calls in flight.
     Worker(ServiceArgs),
     /// Apply the database migrations, then exit.
     Migrate,

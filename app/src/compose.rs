@@ -92,13 +92,12 @@ impl Services {
         let size = if workers { config.database.worker_max_connections } else { config.database.max_connections };
         let mut store = connect_sized(config, command, size).await?;
         if workers {
-            // Finishes get a pool of their own, one connection per worker loop: the write that records
-            // what a channel answered never queues behind claims or API requests (SPEC §5).
+            // Finishes get a pool of their own, one connection per flusher and one for give-backs: the
+            // write that records what a channel answered never queues behind claims or API requests
+            // (SPEC §5).
             let url = config.require_database_url(command)?;
-            store = store
-                .with_finish_pool(url.expose_secret(), config.worker.concurrency.max(2))
-                .await
-                .context("database.url")?;
+            let size = u32::try_from(crate::finisher::FLUSHERS + 1).unwrap_or(u32::MAX);
+            store = store.with_finish_pool(url.expose_secret(), size).await.context("database.url")?;
         }
         let clock: Arc<dyn Clock> = Arc::new(store.clock());
         let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock)

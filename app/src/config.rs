@@ -48,9 +48,9 @@ mod sources;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = 64 * 1024;
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
-pub const DEFAULT_CONCURRENCY: u32 = 8;
+pub const DEFAULT_CONCURRENCY: u32 = 64;
 pub const DEFAULT_LEASE_MS: u64 = 60_000;
-pub const DEFAULT_BATCH: u32 = 8;
+pub const DEFAULT_BATCH: u32 = 16;
 pub const DEFAULT_POLL_MS: u64 = 1_000;
 /// What a lease must add to a channel's timeout (SPEC §4): time to start the call after the claim and
 /// time to finish it after the answer (`herald_domain::min_lease`).
@@ -153,8 +153,10 @@ impl KeysConfig {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkerSettings {
+    /// Channel calls in flight per process (one pipelined loop keeps them going).
     pub concurrency: u32,
     pub lease_ms: u64,
+    /// Tasks per claim (at most `concurrency`).
     pub batch: u32,
     pub poll_ms: u64,
     /// Where the process also serves `/metrics` (and `/healthz`); `herald worker` has no other listener.

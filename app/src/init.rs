@@ -68,7 +68,7 @@ current = "k1"
 k1_file = "secrets/k1.key"   # destinations are encrypted with it; rotate with a k2 and `herald keys rotate`
 
 [worker]
-concurrency = 8
+concurrency = 64   # calls in flight per process
 lease_ms = 60000
 
 # The channels below are the stand-ins `scripts/demo.sh` keeps running on 127.0.0.1:9001-9003 while it

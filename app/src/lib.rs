@@ -6,6 +6,7 @@ pub mod cli;
 pub mod compose;
 pub mod config;
 pub mod console;
+pub mod finisher;
 pub mod init;
 pub mod metrics;
 pub mod service;

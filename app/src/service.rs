@@ -147,14 +147,17 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
         ))
     });
 
+    // One pipelined loop per process keeps up to `worker.concurrency` calls in flight.
     let mut workers = tokio::task::JoinSet::new();
-    for i in 0..config.worker.concurrency {
-        let worker = services.configured_worker(&config.worker, "herald", i);
-        let (stop, wake) = (stop_rx.clone(), wake.clone());
-        workers.spawn(async move { worker.run(stop, Some(wake)).await });
-    }
-    drop(wake);
-    tracing::info!(workers = config.worker.concurrency, channels = config.channels.len(), "workers started");
+    let worker = services.configured_worker(&config.worker, "herald", 0);
+    let (stop, in_flight) = (stop_rx.clone(), config.worker.concurrency as usize);
+    workers.spawn(async move { worker.run_pipelined(in_flight, stop, Some(wake)).await });
+    tracing::info!(
+        calls_in_flight = config.worker.concurrency,
+        batch = config.worker.batch,
+        channels = config.channels.len(),
+        "worker started"
+    );
 
     let stopping = {
         let mut stop = stop_rx.clone();

@@ -16,18 +16,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use herald_domain::classify::Classified;
-use herald_domain::{
-    finish, give_back, slot_kept, Action, IdempotencyKey, Jitter, Millis, Observation, TaskId, TaskState,
-};
+use herald_domain::{give_back, slot_kept, Action, IdempotencyKey, Jitter, Millis, Observation, TaskId, TaskState};
 use herald_domain::{Outcome, RetryPolicy};
 use herald_ports::store::{ChannelTable, GiveBack};
 use herald_ports::{
-    ChannelRegistry, ClaimRequest, ClaimedTask, Clock, DestinationCipher, FinishRecord, FinishResult,
-    NotificationStore, OutboundMessage, StoreError,
+    ChannelRegistry, ClaimRequest, ClaimedTask, Clock, DestinationCipher, FinishResult, NotificationStore,
+    OutboundMessage, StoreError,
 };
 use tokio::sync::watch;
 
+use crate::finisher::{Finisher, PendingFinish};
 use crate::metrics;
 
 /// Pause after a failed cycle: doubled per consecutive failure from 100 ms up to 10 s, with equal
@@ -101,6 +101,21 @@ pub struct Worker {
     cycles: AtomicU64,
     /// Call even when the call could outlive the lease (test-only, to reproduce overlap: P2).
     allow_lease_overlap: bool,
+    /// Writes the observations of this worker's calls, batched.
+    finisher: Finisher,
+}
+
+/// What one claim handed to this worker.
+struct Claim {
+    /// Settled at the claim (no call) and deferred.
+    reports: Cycle,
+    /// To call now.
+    tasks: Vec<ClaimedTask>,
+    /// Taken before the claim's clock read (the egress guard and the lease are measured from here).
+    clock_read: Instant,
+    claimed_at: Instant,
+    /// Whether the claim took as many tasks as it asked for: there may be more.
+    full: bool,
 }
 
 impl Worker {
@@ -114,7 +129,18 @@ impl Worker {
         let table = ChannelTable(
             channels.names().into_iter().filter_map(|name| channels.get(&name).map(|ch| (name, ch.rules()))).collect(),
         );
-        Worker { store, channels, cipher, clock, table, config, cycles: AtomicU64::new(0), allow_lease_overlap: false }
+        let finisher = Finisher::new(Arc::clone(&store), Arc::clone(&clock));
+        Worker {
+            store,
+            channels,
+            cipher,
+            clock,
+            table,
+            config,
+            cycles: AtomicU64::new(0),
+            allow_lease_overlap: false,
+            finisher,
+        }
     }
 
     /// Lets this worker call even when the call could outlive its lease. Only for reproducing the
@@ -153,6 +179,21 @@ impl Worker {
     /// when another claim takes over and treats the attempt as uncertain — nothing is lost.
     #[tracing::instrument(skip_all, fields(worker = %self.config.id))]
     pub async fn run_once(&self) -> Result<Cycle, StoreError> {
+        let claim = self.claim(self.config.batch).await?;
+        let mut reports = claim.reports;
+        let finished = join_all(
+            claim.tasks.into_iter().map(|task| self.call_and_finish(task, claim.clock_read, claim.claimed_at)),
+        )
+        .await;
+        for report in finished {
+            reports.push(report?);
+        }
+        Ok(reports)
+    }
+
+    /// Claims up to `limit` tasks in one short transaction; reports what the claim settled or deferred
+    /// and hands back the tasks to call.
+    async fn claim(&self, limit: u32) -> Result<Claim, StoreError> {
         // Taken before the clock is read, so the time from the claim's `now` to each call is never
         // under-estimated (the egress guard, SPEC §7).
         let clock_read = Instant::now();
@@ -161,7 +202,7 @@ impl Worker {
             worker: self.config.id.clone(),
             now,
             lease: self.config.lease,
-            limit: self.config.batch,
+            limit,
             channels: self.table.clone(),
         };
         let batch = self.store.claim(&request).await?;
@@ -179,7 +220,8 @@ impl Worker {
                  LEASE_EXPIRED and the tasks continue as uncertain"
             );
         }
-        let mut reports: Cycle = Vec::with_capacity(batch.claimed.len() + batch.settled.len());
+        let taken = batch.claimed.len() + batch.settled.len() + batch.deferred.len();
+        let mut reports: Cycle = Vec::with_capacity(batch.settled.len() + batch.deferred.len());
         for settled in &batch.settled {
             if let Some(outcome) = settled.outcome {
                 metrics::record_attempt(&settled.channel, outcome);
@@ -200,12 +242,8 @@ impl Worker {
             });
         }
         reports.extend(batch.deferred.iter().map(|d| Report::Deferred(d.task_id)));
-        let finished =
-            join_all(batch.claimed.into_iter().map(|task| self.call_and_finish(task, clock_read, claimed_at))).await;
-        for report in finished {
-            reports.push(report?);
-        }
-        Ok(reports)
+        let full = taken >= usize::try_from(limit).unwrap_or(usize::MAX);
+        Ok(Claim { reports, tasks: batch.claimed, clock_read, claimed_at, full })
     }
 
     /// Runs cycles until nothing is left to do or `max_cycles` have run; returns every report.
@@ -224,62 +262,69 @@ impl Worker {
         Ok(all)
     }
 
-    /// Loops until `shutdown` turns true (or its sender is gone): stops claiming at once and lets the
-    /// cycle in flight finish — a cycle is never cancelled half-way, so an attempt whose channel call
-    /// started is finished before this returns (unless the database fails, see [`Worker::run_once`]).
+    /// [`Worker::run_pipelined`] with at most `batch` calls in flight.
+    pub async fn run(&self, shutdown: watch::Receiver<bool>, wake: Option<watch::Receiver<()>>) {
+        self.run_pipelined(self.config.batch as usize, shutdown, wake).await;
+    }
+
+    /// Loops until `shutdown` turns true (or its sender is gone), keeping up to `in_flight` calls going:
+    /// it claims a batch (up to `batch` tasks) whenever a batch fits in the free slots — or, with
+    /// nothing in flight, whatever fits — and starts each claimed call at once, while earlier calls are
+    /// still out. On shutdown it stops claiming at once and lets every call in flight finish: a call is
+    /// never cancelled half-way, so an attempt whose channel call started is finished before this
+    /// returns (unless the database fails, see [`Worker::run_once`]).
     ///
-    /// Between cycles it waits for whichever comes first: a wake-up on `wake`, the poll interval, or
-    /// shutdown. After a failed cycle it waits [`outage_backoff`] instead and ignores wake-ups, so a
-    /// database outage costs a few log lines per worker and no crash loop.
-    pub async fn run(&self, mut shutdown: watch::Receiver<bool>, mut wake: Option<watch::Receiver<()>>) {
-        let mut failures: u32 = 0;
-        // Consecutive cycles that claimed something but only deferred it or gave it back.
-        let mut stalled: u32 = 0;
-        tracing::debug!(worker = %self.config.id, "worker loop started");
+    /// After a claim that came back short (the queue is dry) it waits for whichever comes first: a
+    /// wake-up on `wake`, the poll interval, or shutdown. After a failed claim or finish it waits
+    /// [`outage_backoff`] instead and ignores wake-ups, so a database outage costs a few log lines per
+    /// worker and no crash loop. Claims that only deferred, and calls given back unmade, slow the next
+    /// claims down ([`stalled_pause`]): a task given back is due again at once, and claiming it back
+    /// just as fast would be a spin that sends nothing.
+    pub async fn run_pipelined(
+        &self,
+        in_flight: usize,
+        mut shutdown: watch::Receiver<bool>,
+        mut wake: Option<watch::Receiver<()>>,
+    ) {
+        let in_flight = in_flight.max(1);
+        let batch = (self.config.batch as usize).clamp(1, in_flight);
+        let mut calls = FuturesUnordered::new();
+        let mut pacing = Pacing::new(self.config.idle_poll);
+        tracing::debug!(worker = %self.config.id, in_flight, "worker loop started");
         while !*shutdown.borrow() {
-            let result = self.run_once().await;
-            self.cycles.fetch_add(1, Ordering::Relaxed);
-            let busy = match result {
-                Ok(cycle) => {
-                    if failures > 0 {
-                        tracing::info!(worker = %self.config.id, failures, "worker cycles succeed again");
+            let free = in_flight - calls.len();
+            let fits = free >= batch || (calls.is_empty() && free > 0);
+            if fits && pacing.may_claim(Instant::now()) {
+                let limit = u32::try_from(free.min(batch)).unwrap_or(u32::MAX);
+                let claim = self.claim(limit);
+                tokio::pin!(claim);
+                // The calls in flight go on while the claim is out.
+                let claimed = loop {
+                    tokio::select! {
+                        claimed = &mut claim => break claimed,
+                        Some(done) = calls.next(), if !calls.is_empty() => self.settle(done, &mut pacing),
                     }
-                    failures = 0;
-                    if made_progress(&cycle) {
-                        stalled = 0;
-                        true
-                    } else {
-                        // Nothing, or only deferrals and give-backs: a task given back is due again at
-                        // once, and an immediate new cycle could take it back just as fast — a spin
-                        // that sends nothing. Wait, a little longer each time, as when idle.
-                        stalled = stalled.saturating_add(u32::from(!cycle.is_empty()));
-                        false
+                };
+                self.cycles.fetch_add(1, Ordering::Relaxed);
+                match claimed {
+                    Ok(claim) => {
+                        if pacing.failures > 0 {
+                            tracing::info!(worker = %self.config.id, failures = pacing.failures, "worker cycles succeed again");
+                        }
+                        pacing.claimed(&claim, Instant::now());
+                        let (clock_read, claimed_at) = (claim.clock_read, claim.claimed_at);
+                        for task in claim.tasks {
+                            calls.push(self.call_and_finish(task, clock_read, claimed_at));
+                        }
                     }
+                    Err(error) => self.failed(&error, &mut pacing),
                 }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    metrics::record_cycle_failure(&error);
-                    let error = error_chain(&error);
-                    // Every failure is counted; the log gets the first and then every power of two.
-                    if failures.is_power_of_two() {
-                        tracing::warn!(worker = %self.config.id, %error, failures, "worker cycle failed; backing off");
-                    } else {
-                        tracing::debug!(worker = %self.config.id, %error, failures, "worker cycle failed; backing off");
-                    }
-                    false
-                }
-            };
-            if busy {
                 continue;
             }
-            let pause = if failures > 0 {
-                outage_backoff(failures)
-            } else if stalled > 0 {
-                stalled_pause(stalled, self.config.idle_poll)
-            } else {
+            let sleep_until = pacing.next_claim(fits);
+            if !pacing.more && pacing.failures == 0 && calls.is_empty() {
                 tracing::trace!(worker = %self.config.id, "idle: waiting for a wake-up, the poll interval or shutdown");
-                self.config.idle_poll
-            };
+            }
             let mut wake_closed = false;
             let woken = async {
                 match wake.as_mut() {
@@ -288,8 +333,9 @@ impl Worker {
                 }
             };
             tokio::select! {
-                () = tokio::time::sleep(pause) => {}
-                () = woken, if failures == 0 => {}
+                Some(done) = calls.next(), if !calls.is_empty() => self.settle(done, &mut pacing),
+                () = sleep_until_or_forever(sleep_until) => pacing.more = true,
+                () = woken, if pacing.failures == 0 => pacing.more = true,
                 changed = shutdown.changed() => {
                     if changed.is_err() {
                         break;
@@ -301,7 +347,35 @@ impl Worker {
                 wake = None;
             }
         }
+        while let Some(done) = calls.next().await {
+            self.settle(done, &mut pacing);
+        }
         tracing::debug!(worker = %self.config.id, "worker loop stopped");
+    }
+
+    /// Takes note of a finished call.
+    fn settle(&self, done: Result<Report, StoreError>, pacing: &mut Pacing) {
+        match done {
+            Ok(Report::Deferred(_)) => pacing.stalled = pacing.stalled.saturating_add(1),
+            Ok(_) => pacing.stalled = 0,
+            Err(error) => self.failed(&error, pacing),
+        }
+    }
+
+    /// A claim failed, or a finish could not be written while its lease lasted: back off.
+    fn failed(&self, error: &StoreError, pacing: &mut Pacing) {
+        pacing.failures = pacing.failures.saturating_add(1);
+        pacing.not_before = Instant::now() + outage_backoff(pacing.failures);
+        pacing.more = true;
+        metrics::record_cycle_failure(error);
+        let failures = pacing.failures;
+        let error = error_chain(error);
+        // Every failure is counted; the log gets the first and then every power of two.
+        if failures.is_power_of_two() {
+            tracing::warn!(worker = %self.config.id, %error, failures, "worker cycle failed; backing off");
+        } else {
+            tracing::debug!(worker = %self.config.id, %error, failures, "worker cycle failed; backing off");
+        }
     }
 
     #[tracing::instrument(skip_all, fields(task_id = %task.task_id, attempt = task.attempt_no, channel = %task.channel))]
@@ -321,27 +395,17 @@ impl Worker {
         let lease_end = clock_read + Duration::from_millis(self.config.lease.0);
         let mut failures: u32 = 0;
         let (record, written) = loop {
-            let written = match self.clock.now().await {
-                Ok(now) => {
-                    let transition =
-                        finish(&task.finish, &classified.observation, now, Jitter::from_bits(rand::random()));
-                    let record = FinishRecord {
-                        task_id: task.task_id,
-                        user_id: task.user_id.clone(),
-                        token: task.token,
-                        observation: classified.observation.clone(),
-                        detail: classified.detail.clone(),
-                        transition,
-                        now,
-                    };
-                    let written = self.store.finish(&record).await;
-                    (Some(record), written)
-                }
-                Err(error) => (None, Err(error)),
+            let pending = PendingFinish {
+                task_id: task.task_id,
+                user_id: task.user_id.clone(),
+                token: task.token,
+                context: task.finish.clone(),
+                observation: classified.observation.clone(),
+                detail: classified.detail.clone(),
             };
-            match written {
-                (Some(record), Ok(result)) => break (record, result),
-                (_, Err(error)) => {
+            match self.finisher.finish(pending).await {
+                Ok(written) => break written,
+                Err(error) => {
                     failures += 1;
                     let pause = finish_retry_pause(failures);
                     if Instant::now() + pause >= lease_end {
@@ -356,7 +420,6 @@ impl Worker {
                     );
                     tokio::time::sleep(pause).await;
                 }
-                (None, Ok(_)) => unreachable!("a store result always comes with its record"),
             }
         };
         let report = report_for(task.task_id, &record.transition);
@@ -485,6 +548,73 @@ pub fn stalled_pause(stalled: u32, idle_poll: Duration) -> Duration {
     Duration::from_millis(10u64 << exponent).min(idle_poll)
 }
 
+/// When [`Worker::run_pipelined`] claims next.
+#[derive(Debug)]
+struct Pacing {
+    /// The queue may hold more: the last claim was full, or a wake-up or the poll interval came since.
+    more: bool,
+    /// No claim before this (after a failure, or while stalled).
+    not_before: Instant,
+    /// When the last claim returned.
+    last_claim: Instant,
+    /// Consecutive failed claims or unrecorded finishes.
+    failures: u32,
+    /// Consecutive claims that only deferred, and calls given back, since the last progress.
+    stalled: u32,
+    idle_poll: Duration,
+}
+
+impl Pacing {
+    fn new(idle_poll: Duration) -> Pacing {
+        let now = Instant::now();
+        Pacing { more: true, not_before: now, last_claim: now, failures: 0, stalled: 0, idle_poll }
+    }
+
+    fn may_claim(&self, now: Instant) -> bool {
+        let paused = if self.stalled > 0 {
+            self.not_before.max(self.last_claim + stalled_pause(self.stalled, self.idle_poll))
+        } else {
+            self.not_before
+        };
+        self.more && now >= paused
+    }
+
+    fn claimed(&mut self, claim: &Claim, now: Instant) {
+        self.failures = 0;
+        self.last_claim = now;
+        self.more = claim.full;
+        if claim.tasks.is_empty() && !claim.reports.is_empty() && !made_progress(&claim.reports) {
+            self.stalled = self.stalled.saturating_add(1);
+        } else if made_progress(&claim.reports) {
+            self.stalled = 0;
+        }
+    }
+
+    /// When to look again if nothing else happens: `None` waits for a call to end, a wake-up or
+    /// shutdown (no slot is free, so there is nothing to claim for).
+    fn next_claim(&self, fits: bool) -> Option<Instant> {
+        if !fits {
+            return None;
+        }
+        if self.failures > 0 {
+            return Some(self.not_before);
+        }
+        if self.more {
+            // Paused while stalled; the claim follows the pause.
+            let pause = stalled_pause(self.stalled.max(1), self.idle_poll);
+            return Some(self.not_before.max(self.last_claim + pause));
+        }
+        Some(self.last_claim + self.idle_poll)
+    }
+}
+
+async fn sleep_until_or_forever(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The pause before the `failures`-th new try of a finish: 50 ms doubling up to 1 s, with equal jitter.
 fn finish_retry_pause(failures: u32) -> Duration {
     const POLICY: RetryPolicy = RetryPolicy { max_attempts: u32::MAX, base: Millis(50), cap: Millis(1_000) };
@@ -567,11 +697,19 @@ mod tests {
                 detail: "ok".into(),
             }
         });
-        store.expect_finish().times(finishes).in_sequence(&mut seq).returning(|record| {
-            assert_eq!(record.transition.state, TaskState::Sent);
-            assert_eq!(record.observation.outcome(), Outcome::Accepted);
-            Ok(FinishResult::Applied)
-        });
+        if finishes > 0 {
+            store.expect_finish_batch().times(1).in_sequence(&mut seq).returning(move |records| {
+                assert_eq!(records.len(), finishes);
+                Ok(records
+                    .iter()
+                    .map(|record| {
+                        assert_eq!(record.transition.state, TaskState::Sent);
+                        assert_eq!(record.observation.outcome(), Outcome::Accepted);
+                        Ok(FinishResult::Applied)
+                    })
+                    .collect())
+            });
+        }
         let channel: Arc<dyn herald_ports::Channel> = Arc::new(channel);
         let mut registry = MockChannelRegistry::new();
         registry.expect_names().returning(|| vec![ChannelName::from("push")]);
@@ -595,6 +733,7 @@ mod tests {
         let batch = ClaimBatch { claimed: vec![claimed(3)], ..ClaimBatch::default() };
         store.expect_claim().times(1).return_once(move |_| Ok(batch));
         store.expect_finish().times(0);
+        store.expect_finish_batch().times(0);
         store.expect_give_back().times(1).returning(|record| {
             assert_eq!(record.transition.state, TaskState::Pending, "nothing was sent");
             Ok(FinishResult::Applied)
@@ -682,6 +821,7 @@ mod tests {
         });
         store.expect_give_back().returning(|_| Ok(FinishResult::Applied));
         store.expect_finish().times(0);
+        store.expect_finish_batch().times(0);
         let mut channel = MockChannel::new();
         channel.expect_rules().returning(rules);
         channel.expect_outbound_text().returning(|body, _| body.to_owned());
@@ -709,6 +849,128 @@ mod tests {
         // Backing off 10, 20, 40, 80, 160 ms allows about six claims in 300 ms; a spin makes thousands.
         let claims = claims.load(Ordering::Relaxed);
         assert!((1..=12).contains(&claims), "{claims} claims in 300 ms");
+    }
+
+    /// A channel that answers after `delay`, counting the calls it has in progress.
+    struct SlowChannel {
+        name: ChannelName,
+        delay: Duration,
+        now: AtomicU64,
+        most: AtomicU64,
+        calls: AtomicU64,
+    }
+
+    #[async_trait::async_trait]
+    impl herald_ports::Channel for SlowChannel {
+        fn name(&self) -> &ChannelName {
+            &self.name
+        }
+        fn rules(&self) -> herald_domain::ChannelRules {
+            rules()
+        }
+        fn outbound_text(&self, body: &str, _: Option<u32>) -> String {
+            body.to_owned()
+        }
+        async fn send(&self, _: &OutboundMessage) -> Classified {
+            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            Classified { observation: Observation::Accepted { provider_msg_id: None }, detail: "ok".into() }
+        }
+        async fn query(&self, _: &str) -> Classified {
+            unreachable!("sends only")
+        }
+    }
+
+    /// A worker over `tasks` claimable tasks, a channel answering after `delay`; records every claim's
+    /// limit and how many calls were in progress when it was made.
+    fn pipelined(tasks: i64, delay: Duration) -> (Worker, Arc<SlowChannel>, Arc<std::sync::Mutex<Vec<(u32, u64)>>>) {
+        let channel = Arc::new(SlowChannel {
+            name: ChannelName::from("push"),
+            delay,
+            now: AtomicU64::new(0),
+            most: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+        });
+        let claims = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let next = Arc::new(AtomicU64::new(0));
+        let mut store = MockNotificationStore::new();
+        let (seen, busy) = (Arc::clone(&claims), Arc::clone(&channel));
+        store.expect_claim().returning(move |request| {
+            seen.lock().expect("claims").push((request.limit, busy.now.load(Ordering::SeqCst)));
+            let from = next.fetch_add(u64::from(request.limit), Ordering::SeqCst);
+            let claimed = (from..u64::from(request.limit) + from)
+                .filter_map(|n| i64::try_from(n).ok())
+                .filter(|n| *n < tasks)
+                .map(claimed)
+                .collect();
+            Ok(ClaimBatch { claimed, ..ClaimBatch::default() })
+        });
+        store
+            .expect_finish_batch()
+            .returning(|records| Ok(records.iter().map(|_| Ok(FinishResult::Applied)).collect()));
+        let mut registry = MockChannelRegistry::new();
+        let dyn_channel: Arc<dyn herald_ports::Channel> = channel.clone();
+        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
+        registry.expect_get().returning(move |_| Some(dyn_channel.clone()));
+        let mut cipher = MockDestinationCipher::new();
+        cipher.expect_decrypt().returning(|_, _, _| Ok(SecretString::from("dest")));
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(|| Ok(NOW));
+        let worker = Worker::new(
+            Arc::new(store),
+            Arc::new(registry),
+            Arc::new(cipher),
+            Arc::new(clock),
+            WorkerConfig { id: "w1".into(), lease: Millis(60_000), batch: 2, idle_poll: Duration::from_secs(3_600) },
+        );
+        (worker, channel, claims)
+    }
+
+    /// The pipelined loop claims a batch whenever one fits in the free slots, while earlier calls are
+    /// still out, and never has more than `in_flight` calls going.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pipelined_loop_claims_while_calls_are_in_flight_and_keeps_to_its_limit() {
+        let (worker, channel, claims) = pipelined(12, Duration::from_millis(100));
+        let worker = Arc::new(worker);
+        let (stop, stopped) = watch::channel(false);
+        let running = tokio::spawn({
+            let worker = Arc::clone(&worker);
+            async move { worker.run_pipelined(4, stopped, None).await }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while channel.calls.load(Ordering::SeqCst) < 12 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.send(true).expect("stop");
+        running.await.expect("loop");
+        assert_eq!(channel.calls.load(Ordering::SeqCst), 12, "every task called once");
+        assert_eq!(channel.most.load(Ordering::SeqCst), 4, "never more than 4 calls in flight");
+        let claims = claims.lock().expect("claims").clone();
+        assert!(claims.iter().all(|(limit, _)| *limit == 2), "claims of one batch each: {claims:?}");
+        assert!(
+            claims.iter().any(|(_, busy)| *busy > 0),
+            "a claim made while calls were in flight (pipelined): {claims:?}"
+        );
+    }
+
+    /// Shutdown stops the claims at once and waits for the calls in flight to be finished.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_lets_the_calls_in_flight_finish() {
+        let (worker, channel, claims) = pipelined(1_000, Duration::from_millis(200));
+        let (stop, stopped) = watch::channel(false);
+        let running = tokio::spawn(async move { worker.run_pipelined(4, stopped, None).await });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while channel.now.load(Ordering::SeqCst) < 4 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop.send(true).expect("stop");
+        running.await.expect("loop");
+        let claimed = claims.lock().expect("claims").iter().map(|(limit, _)| u64::from(*limit)).sum::<u64>();
+        assert_eq!(channel.now.load(Ordering::SeqCst), 0, "no call still in progress");
+        assert_eq!(channel.calls.load(Ordering::SeqCst), claimed, "every claimed task was called, none after");
     }
 
     #[tokio::test]

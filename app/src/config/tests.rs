@@ -60,7 +60,7 @@ fn a_full_file_loads_with_its_values_and_defaults() {
     assert_eq!(config.database.max_connections, DEFAULT_MAX_CONNECTIONS);
     assert_eq!(
         config.worker,
-        WorkerSettings { concurrency: 4, lease_ms: 5000, batch: 8, poll_ms: 1000, metrics_listen: None }
+        WorkerSettings { concurrency: 4, lease_ms: 5000, batch: 16, poll_ms: 1000, metrics_listen: None }
     );
     assert_eq!(config.channels[0].name, "push");
     assert_eq!(config.log, LogConfig { format: LogFormat::Json, level: "info".into() });

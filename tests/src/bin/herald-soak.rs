@@ -859,7 +859,7 @@ async fn soak(options: &Options) -> anyhow::Result<Tally> {
     };
     let port = free_port()?;
     let config = options.workdir.join("herald.toml");
-    write_private(&config, &config_text(&db_url, port, &secrets, &standins, 4))?;
+    write_private(&config, &config_text(&db_url, port, &secrets, &standins, 16))?;
     let migrate = Command::new(&options.herald)
         .arg("--config")
         .arg(&config)
@@ -1631,11 +1631,9 @@ async fn planted_worker(args: &[String]) -> anyhow::Result<()> {
     let services = services.with_store(Arc::new(planted));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut workers = tokio::task::JoinSet::new();
-    for i in 0..config.worker.concurrency {
-        let worker = services.configured_worker(&config.worker, "planted", i);
-        let stop = stop_rx.clone();
-        workers.spawn(async move { worker.run(stop, None).await });
-    }
+    let worker = services.configured_worker(&config.worker, "planted", 0);
+    let in_flight = config.worker.concurrency as usize;
+    workers.spawn(async move { worker.run_pipelined(in_flight, stop_rx, None).await });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     term.recv().await;
     stop_tx.send_replace(true);

@@ -1,0 +1,162 @@
+//! Batched finishes (SPEC §5): the calls of a worker process hand their observations to a
+//! [`Finisher`], which writes everything queued in one clock read and one fenced statement
+//! ([`NotificationStore::finish_batch`]) and answers each call with its own result.
+//!
+//! There is no timer: a flush takes whatever is queued when it starts, so batches grow with the load
+//! by themselves (while one flush is on its way to the database, the next one fills), and a lone finish
+//! is written at once. A finish therefore waits at most for the flushes ahead of it — [`FLUSHERS`]
+//! statements of at most [`MAX_BATCH`] rows each — which is far inside the finish margin the lease
+//! check keeps for it (`herald_domain::claim::FINISH_MARGIN`).
+//!
+//! The transition is computed here, at flush, from the clock read of the flush: the record stored
+//! carries the `now` it was decided with, exactly as when each call read the clock itself.
+
+use std::sync::{Arc, OnceLock};
+
+use herald_domain::finish::FinishContext;
+use herald_domain::{finish, AttemptToken, Jitter, Observation, TaskId, UserId};
+use herald_ports::{Clock, FinishRecord, FinishResult, NotificationStore, StoreError};
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+use crate::worker::error_chain;
+
+/// Statements writing finishes at the same time, per process. Two: one fills while the other is on
+/// its way to the database.
+pub const FLUSHERS: usize = 2;
+
+/// The most finishes one statement writes.
+pub const MAX_BATCH: usize = 256;
+
+/// One call's observation, waiting to be written.
+#[derive(Clone, Debug)]
+pub struct PendingFinish {
+    pub task_id: TaskId,
+    pub user_id: UserId,
+    pub token: AttemptToken,
+    pub context: FinishContext,
+    pub observation: Observation,
+    pub detail: String,
+}
+
+type Reply = oneshot::Sender<Result<(FinishRecord, FinishResult), StoreError>>;
+type Queue = Arc<Mutex<mpsc::UnboundedReceiver<(PendingFinish, Reply)>>>;
+
+/// The per-process finish queue. The flushing tasks start with the first finish (inside the runtime)
+/// and end when the finisher is dropped, after writing what was queued.
+pub struct Finisher {
+    store: Arc<dyn NotificationStore>,
+    clock: Arc<dyn Clock>,
+    queue: OnceLock<mpsc::UnboundedSender<(PendingFinish, Reply)>>,
+}
+
+impl Finisher {
+    #[must_use]
+    pub fn new(store: Arc<dyn NotificationStore>, clock: Arc<dyn Clock>) -> Finisher {
+        Finisher { store, clock, queue: OnceLock::new() }
+    }
+
+    /// Writes `pending` with the next flush; answers the record written (with the flush's `now` and the
+    /// transition decided at it) and whether the attempt still held its task.
+    ///
+    /// # Errors
+    /// The flush's clock read or statement failed: nothing of this finish was written (or its answer was
+    /// lost — a repeat is recognised, see [`NotificationStore::finish`]); the caller may try again.
+    pub async fn finish(&self, pending: PendingFinish) -> Result<(FinishRecord, FinishResult), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let queue = self.queue.get_or_init(|| self.start());
+        queue.send((pending, reply)).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+
+    fn start(&self) -> mpsc::UnboundedSender<(PendingFinish, Reply)> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let receiver: Queue = Arc::new(Mutex::new(receiver));
+        for _ in 0..FLUSHERS {
+            tokio::spawn(flush_loop(Arc::clone(&self.store), Arc::clone(&self.clock), Arc::clone(&receiver)));
+        }
+        sender
+    }
+}
+
+impl std::fmt::Debug for Finisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Finisher").field("started", &self.queue.get().is_some()).finish_non_exhaustive()
+    }
+}
+
+fn gone() -> StoreError {
+    StoreError::Unknown(anyhow::anyhow!("the finish queue stopped"))
+}
+
+/// Takes the next batch: waits for one finish, then takes whatever else is queued, up to [`MAX_BATCH`].
+/// `None` once the finisher is gone and the queue is empty.
+async fn next_batch(queue: &Queue) -> Option<Vec<(PendingFinish, Reply)>> {
+    let mut receiver = queue.lock().await;
+    let first = receiver.recv().await?;
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
+async fn flush_loop(store: Arc<dyn NotificationStore>, clock: Arc<dyn Clock>, queue: Queue) {
+    while let Some(batch) = next_batch(&queue).await {
+        let now = match clock.now().await {
+            Ok(now) => now,
+            Err(error) => {
+                for (_, reply) in batch {
+                    let _ = reply.send(Err(shared(&error)));
+                }
+                continue;
+            }
+        };
+        let (pending, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        let records: Vec<FinishRecord> = pending
+            .into_iter()
+            .map(|p| FinishRecord {
+                transition: finish(&p.context, &p.observation, now, Jitter::from_bits(rand::random())),
+                task_id: p.task_id,
+                user_id: p.user_id,
+                token: p.token,
+                observation: p.observation,
+                detail: p.detail,
+                now,
+            })
+            .collect();
+        match store.finish_batch(&records).await {
+            Ok(results) if results.len() == records.len() => {
+                for ((record, result), reply) in records.into_iter().zip(results).zip(replies) {
+                    let _ = reply.send(result.map(|result| (record, result)));
+                }
+            }
+            Ok(results) => {
+                let error = StoreError::Unknown(anyhow::anyhow!(
+                    "the store answered {} results for {} finishes",
+                    results.len(),
+                    records.len()
+                ));
+                for reply in replies {
+                    let _ = reply.send(Err(shared(&error)));
+                }
+            }
+            Err(error) => {
+                for reply in replies {
+                    let _ = reply.send(Err(shared(&error)));
+                }
+            }
+        }
+    }
+}
+
+/// The same failure for each finish of a failed flush: same kind, same message and causes.
+fn shared(error: &StoreError) -> StoreError {
+    let text = anyhow::anyhow!(std::error::Error::source(error).map(error_chain).unwrap_or_default());
+    match error {
+        StoreError::Unavailable(_) => StoreError::Unavailable(text),
+        StoreError::Unknown(_) => StoreError::Unknown(text),
+    }
+}
