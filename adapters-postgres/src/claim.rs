@@ -21,7 +21,11 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 ///
 /// The task rows are chosen and locked in a `MATERIALIZED` selection of their own (`FOR NO KEY UPDATE`:
 /// the claim never changes a key, so creates inserting attempt rows that reference a task are not
-/// blocked), and only the rows locked there are joined to their notification and preference.
+/// blocked), and only the rows locked there are joined to their notification and preference. Every task
+/// column the decision reads comes out of that selection: a row updated by a finish that committed
+/// while the statement ran is locked in its new version, and only the locking selection returns that
+/// version — a second read of `delivery_task` in the same statement would see the version of the
+/// statement's snapshot, from before the finish, and decide on a state that no longer exists.
 ///
 /// Oldest due first, ties by id, so a backlog drains in order. A rate-limited channel whose next egress
 /// slot is not free yet (`$4`/`$5`: the channels with an interval and their spacing, interval + guard,
@@ -29,7 +33,9 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 /// once the slot is free. The egress decision under the row lock remains the rule; this only spares
 /// claims that could not call anyway.
 pub(crate) const CLAIM_QUERY: &str = concat!(
-    "WITH picked AS MATERIALIZED (SELECT t.user_id, t.id FROM delivery_task t \
+    "WITH picked AS MATERIALIZED (SELECT ",
+    task_decision_columns!(),
+    ", t.reference::text AS reference, t.expires_at AS task_expires_at FROM delivery_task t \
        WHERE t.next_attempt_at <= $1 AND t.channel = ANY($2) \
          AND (t.state <> 'SENDING' OR t.lease_until < $1) \
          AND NOT EXISTS (SELECT 1 FROM channel_egress e \
@@ -40,10 +46,9 @@ pub(crate) const CLAIM_QUERY: &str = concat!(
        FOR NO KEY UPDATE OF t SKIP LOCKED) \
      SELECT ",
     task_decision_columns!(),
-    ", t.reference::text AS reference, \
-     n.body, COALESCE(t.expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination \
-     FROM picked k \
-     JOIN delivery_task t ON t.user_id = k.user_id AND t.id = k.id \
+    ", t.reference, \
+     n.body, COALESCE(t.task_expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination \
+     FROM picked t \
      JOIN notification n ON n.user_id = t.user_id AND n.id = t.notification_id \
      LEFT JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel \
      ORDER BY t.channel, t.next_attempt_at, t.id"
