@@ -5,7 +5,8 @@
 use chrono::{DateTime, Utc};
 use herald_domain::digest::{decide_digest, DigestDecision, OpenDigest};
 use herald_domain::{
-    ChannelName, ChannelRules, EventKey, Millis, NotificationId, TaskId, TaskState, ThreadKey, Timestamp, UserId,
+    ChannelName, ChannelRules, EventKey, Millis, NotificationId, NotificationRef, TaskId, TaskState, ThreadKey,
+    Timestamp, UserId,
 };
 use herald_ports::store::{ChannelTable, Created, Merged, NewNotification, StoreError, StoredSubmission, TaskSummary};
 use sqlx::{PgConnection, PgPool};
@@ -24,9 +25,9 @@ pub(crate) async fn create(
     now: Timestamp,
 ) -> Result<Created, StoreError> {
     let mut tx = pool.begin().await.map_err(store_error)?;
-    let inserted: Option<i64> = sqlx::query_scalar(
+    let inserted: Option<(i64, uuid::Uuid)> = sqlx::query_as(
         "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id",
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id",
     )
     .bind(new.user_id.as_str())
     .bind(new.event_key.as_str())
@@ -39,7 +40,7 @@ pub(crate) async fn create(
     .await
     .map_err(store_error)?;
 
-    let Some(id) = inserted else {
+    let Some((id, public_id)) = inserted else {
         // A duplicate: nothing to write. Under READ COMMITTED the conflicting insert waited for the
         // other transaction, and this new statement sees its committed row.
         tx.rollback().await.map_err(store_error)?;
@@ -50,10 +51,11 @@ pub(crate) async fn create(
             .await
             .map_err(store_error)?;
         let id = NotificationId(stored.id);
+        let notification_ref = NotificationRef(stored.public_id);
         let differs = stored.into_submission().differences(new);
         let tasks = task_summaries(pool, &new.user_id, id).await?;
         let merged = merged_into(pool, &new.user_id, id).await?;
-        return Ok(Created { notification_id: id, created: false, tasks, merged, differs });
+        return Ok(Created { notification_id: id, notification_ref, created: false, tasks, merged, differs });
     };
 
     sqlx::query("INSERT INTO inbox_item (user_id, notification_id, created_at) VALUES ($1, $2, $3)")
@@ -85,17 +87,25 @@ pub(crate) async fn create(
         notify_new_tasks(&mut tx).await?;
     }
     tx.commit().await.map_err(store_error)?;
-    Ok(Created { notification_id: NotificationId(id), created: true, tasks, merged, differs: Vec::new() })
+    Ok(Created {
+        notification_id: NotificationId(id),
+        notification_ref: NotificationRef(public_id),
+        created: true,
+        tasks,
+        merged,
+        differs: Vec::new(),
+    })
 }
 
 /// The stored submissions of `$2` (an event key) for the users `$1`.
-const SUBMISSION_QUERY: &str = "SELECT id, user_id, body, thread_key, max_attempts, \
+const SUBMISSION_QUERY: &str = "SELECT id, public_id, user_id, body, thread_key, max_attempts, \
      (extract(epoch FROM expires_at - created_at) * 1000)::bigint AS ttl_ms \
      FROM notification WHERE user_id = ANY($1) AND event_key = $2";
 
 #[derive(sqlx::FromRow)]
 struct SubmissionRow {
     id: i64,
+    public_id: uuid::Uuid,
     user_id: String,
     body: String,
     thread_key: Option<String>,

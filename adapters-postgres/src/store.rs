@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use herald_domain::egress::EgressDecision;
 use herald_domain::quota::TestSendQuota;
 use herald_domain::resolve::FinalState;
-use herald_domain::{ChannelName, ChannelRules, EventKey, NotificationId, TaskId, Timestamp, UserId};
+use herald_domain::{ChannelName, ChannelRules, EventKey, NotificationId, NotificationRef, TaskId, Timestamp, UserId};
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, Created, EgressSlot, FinishRecord, FinishResult, GiveBack, InboxCursor,
     InboxItem, MarkRead, NewNotification, NotificationStore, NotificationView, OutcomeCount, ParkedFilter, ParkedTask,
@@ -233,7 +233,7 @@ impl NotificationStore for PgStore {
     async fn mark_read(
         &self,
         user: &UserId,
-        notification: NotificationId,
+        notification: NotificationRef,
         now: Timestamp,
     ) -> Result<MarkRead, StoreError> {
         read::mark_read(&self.pool, user, notification, now).await
@@ -258,6 +258,10 @@ impl NotificationStore for PgStore {
         event_key: &EventKey,
     ) -> Result<Option<NotificationId>, StoreError> {
         views::notification_by_event(&self.pool, user, event_key).await
+    }
+
+    async fn notification_by_ref(&self, notification: NotificationRef) -> Result<Option<NotificationId>, StoreError> {
+        views::notification_by_ref(&self.pool, notification).await
     }
 
     async fn notification_by_reference(&self, reference: &str) -> Result<Option<NotificationId>, StoreError> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use herald_domain::{ChannelName, Millis, NotificationId, TaskId, TaskState, Timestamp, UserId};
+use herald_domain::{ChannelName, Millis, NotificationId, NotificationRef, TaskId, TaskState, Timestamp, UserId};
 use herald_ports::channel::MockChannelRegistry;
 use herald_ports::cipher::MockDestinationCipher;
 use herald_ports::clock::MockClock;
@@ -137,6 +137,7 @@ fn valid_submission() -> Value {
 fn created(created: bool) -> Created {
     Created {
         notification_id: NotificationId(7),
+        notification_ref: NotificationRef(uuid::Uuid::from_u128(7)),
         created,
         tasks: vec![TaskSummary {
             task_id: TaskId(70),
@@ -324,9 +325,12 @@ async fn a_user_token_reaches_only_its_own_user() {
 #[tokio::test]
 async fn a_user_token_sees_only_its_own_notification() {
     let mut mocks = Mocks::default();
+    let five = NotificationRef(uuid::Uuid::from_u128(5));
+    mocks.store.expect_notification_by_ref().returning(move |r| Ok((r == five).then_some(NotificationId(5))));
     mocks.store.expect_notification().returning(|id| {
         Ok(Some(herald_ports::NotificationView {
             notification_id: id,
+            notification_ref: NotificationRef(uuid::Uuid::from_u128(5)),
             user_id: UserId::new("bob"),
             event_key: "e".into(),
             body: "secret body".into(),
@@ -339,10 +343,16 @@ async fn a_user_token_sees_only_its_own_notification() {
     let state = mocks.state();
     let alice = user_token(&state, "alice");
     let bob = user_token(&state, "bob");
-    send(state.clone(), "GET", "/v1/notifications/5", Some(&alice), None).await.problem(StatusCode::NOT_FOUND);
-    let answer = send(state, "GET", "/v1/notifications/5", Some(&bob), None).await;
+    let path = format!("/v1/notifications/{five}");
+    send(state.clone(), "GET", &path, Some(&alice), None).await.problem(StatusCode::NOT_FOUND);
+    // The serial id, or any text not in the opaque form, names nothing.
+    send(state.clone(), "GET", "/v1/notifications/5", Some(&bob), None).await.problem(StatusCode::NOT_FOUND);
+    let other = format!("/v1/notifications/{}", NotificationRef(uuid::Uuid::from_u128(6)));
+    send(state.clone(), "GET", &other, Some(&bob), None).await.problem(StatusCode::NOT_FOUND);
+    let answer = send(state, "GET", &path, Some(&bob), None).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.json()["created_at"], "1970-01-01T00:00:00.000Z");
+    assert_eq!(answer.json()["notification_id"], five.to_string(), "the opaque id, never the serial");
 }
 
 #[tokio::test]
@@ -506,6 +516,7 @@ async fn inbox_words_and_in_app_only() {
         Ok(vec![
             herald_ports::InboxItem {
                 notification_id: NotificationId(2),
+                notification_ref: NotificationRef(uuid::Uuid::from_u128(2)),
                 body: "two".into(),
                 created_at: Timestamp(2000),
                 read_at: None,
@@ -522,6 +533,7 @@ async fn inbox_words_and_in_app_only() {
             },
             herald_ports::InboxItem {
                 notification_id: NotificationId(1),
+                notification_ref: NotificationRef(uuid::Uuid::from_u128(1)),
                 body: "one".into(),
                 created_at: Timestamp(1000),
                 read_at: None,
