@@ -164,6 +164,16 @@ impl NotificationStore for PgStore {
         create::create(&self.pool, new, channels, now).await
     }
 
+    #[tracing::instrument(skip_all, fields(recipients = news.len()))]
+    async fn create_event(
+        &self,
+        news: &[NewNotification],
+        channels: &ChannelTable,
+        now: Timestamp,
+    ) -> Result<Vec<Created>, StoreError> {
+        create::create_many(&self.pool, news, channels, now).await
+    }
+
     async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError> {
         create::submitted(&self.pool, event_key, users).await
     }

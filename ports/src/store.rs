@@ -441,6 +441,30 @@ pub trait NotificationStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Created, StoreError>;
 
+    /// SPEC §3 for every recipient of one event, in **one transaction**: each `new` as [`create`] would
+    /// store it (its own dedup, inbox item, tasks and digest decisions), the answers in the order of
+    /// `news`. When any recipient's stored submission differs from its `new`, nothing at all is written
+    /// and the answer holds only those recipients' repeats (`differs` not empty).
+    ///
+    /// The default, for test doubles, calls [`create`] once per recipient (not one transaction).
+    ///
+    /// [`create`]: NotificationStore::create
+    async fn create_event(
+        &self,
+        news: &[NewNotification],
+        channels: &ChannelTable,
+        now: Timestamp,
+    ) -> Result<Vec<Created>, StoreError> {
+        let mut answers = Vec::with_capacity(news.len());
+        for new in news {
+            answers.push(self.create(new, channels, now).await?);
+        }
+        if answers.iter().any(|a| !a.differs.is_empty()) {
+            answers.retain(|a| !a.differs.is_empty());
+        }
+        Ok(answers)
+    }
+
     /// The submissions stored before under `event_key` for any of `users` (SPEC §3): what a repeat is
     /// compared with before anything is written.
     async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError>;

@@ -54,9 +54,9 @@ pub async fn submit_notification(
 
 /// Submit one event for several recipients: one notification each, each deduplicated on its own.
 ///
-/// Every notification is committed (in its own transaction) before any channel is called, since
-/// channels are called only by workers. If the store fails part-way, the earlier recipients are
-/// committed and repeating the whole request is safe.
+/// Every recipient's notification, inbox item and tasks are committed in one transaction before any
+/// channel is called (channels are called only by workers): all of the event or, on a failure or a
+/// conflict, none of it — repeating the whole request is safe either way.
 #[utoipa::path(
     post, path = "/v1/events", tag = "submit", request_body = SubmitEvent,
     security(("bearer" = [])),
@@ -77,36 +77,43 @@ pub async fn submit_event(
 ) -> ApiResult<(StatusCode, Json<EventCreatedBody>)> {
     let notifications = request.validate()?;
     // A repeat must say the same thing for every recipient; checked before anything is written.
-    if let Some(first) = notifications.first() {
-        let users: Vec<_> = notifications.iter().map(|n| n.user_id.clone()).collect();
-        let stored = state.store.submitted(&first.event_key, &users).await?;
-        let mut conflicts = Vec::new();
-        for (i, new) in notifications.iter().enumerate() {
-            if let Some(before) = stored.iter().find(|s| s.user_id == new.user_id) {
-                conflicts.extend(differing_fields(&format!("recipients[{i}]"), &before.differences(new)));
-            }
-        }
-        if !conflicts.is_empty() {
-            return Err(Problem::submission_conflict(conflicts));
-        }
-    }
+    event_conflicts(&state, &notifications).await?;
     let now = state.clock.now().await?;
+    let created = state.store.create_event(&notifications, &state.channels, now).await?;
+    if created.iter().any(|c| !c.differs.is_empty()) {
+        // Another submit stored a different one meanwhile; nothing of this event was written. Its
+        // fields are named as the check above names them.
+        event_conflicts(&state, &notifications).await?;
+        return Err(Problem::submission_conflict(Vec::new()));
+    }
     let mut results = Vec::with_capacity(notifications.len());
-    for new in &notifications {
-        let created = state.store.create(new, &state.channels, now).await.map_err(|error| {
-            Problem::from_store(&error).with_detail(format!(
-                "stopped after {} of {} recipients; the earlier ones are recorded and repeating the request is safe",
-                results.len(),
-                notifications.len()
-            ))
-        })?;
+    for (new, created) in notifications.iter().zip(&created) {
         crate::metrics::record_submission(created.created);
-        results.push(RecipientCreated { user_id: new.user_id.to_string(), notification: CreatedBody::from(&created) });
+        results.push(RecipientCreated { user_id: new.user_id.to_string(), notification: CreatedBody::from(created) });
     }
     let any_created = results.iter().any(|r| r.notification.created);
     let event_key = notifications.first().map(|n| n.event_key.to_string()).unwrap_or_default();
     let status = if any_created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(EventCreatedBody { event_key, notifications: results })))
+}
+
+/// A 409 naming every recipient field in which `notifications` differ from what is stored under the same
+/// (user_id, event_key).
+async fn event_conflicts(state: &ApiState, notifications: &[herald_ports::NewNotification]) -> ApiResult<()> {
+    let Some(first) = notifications.first() else { return Ok(()) };
+    let users: Vec<_> = notifications.iter().map(|n| n.user_id.clone()).collect();
+    let stored = state.store.submitted(&first.event_key, &users).await?;
+    let mut conflicts = Vec::new();
+    for (i, new) in notifications.iter().enumerate() {
+        if let Some(before) = stored.iter().find(|s| s.user_id == new.user_id) {
+            conflicts.extend(differing_fields(&format!("recipients[{i}]"), &before.differences(new)));
+        }
+    }
+    if conflicts.is_empty() {
+        Ok(())
+    } else {
+        Err(Problem::submission_conflict(conflicts))
+    }
 }
 
 /// One field error per differing field, named under `prefix` (`recipients[3]` for an event's recipient:

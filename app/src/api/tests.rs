@@ -378,7 +378,12 @@ async fn events_validate_recipients_without_writing() {
 async fn events_create_one_notification_per_recipient() {
     let mut mocks = Mocks::default().with_clock();
     mocks.store.expect_submitted().times(1).returning(|_, _| Ok(Vec::new()));
-    mocks.store.expect_create().times(3).returning(|new, _, _| Ok(created(new.user_id.as_str() != "b")));
+    // One store call for the whole event.
+    mocks
+        .store
+        .expect_create_event()
+        .times(1)
+        .returning(|news, _, _| Ok(news.iter().map(|new| created(new.user_id.as_str() != "b")).collect()));
     let body = json!({"event_key": "e1", "recipients": ["a", "b", "c"], "body": "hello", "ttl_seconds": 60});
     let answer = send(mocks.state(), "POST", "/v1/events", Some(SERVICE), Some(&body.to_string())).await;
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text);
