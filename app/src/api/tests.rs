@@ -169,7 +169,7 @@ async fn submit_creates_with_201_and_a_duplicate_answers_200() {
         assert_eq!(
             answer.json(),
             json!({
-                "notification_id": 7,
+                "notification_id": "00000000-0000-0000-0000-000000000007",
                 "created": is_new,
                 "tasks": [{"task_id": 70, "reference": "ref-70", "channel": "push", "state": "PENDING"}]
             })
@@ -742,10 +742,19 @@ fn a_cursor_returns_the_position_it_was_made_from_and_only_on_its_own_list() {
     use super::model::{cursor, cursor_pattern, PageQuery};
     let page = |text: String| PageQuery { limit: None, cursor: Some(text) };
     for (at, id) in [(0, 1), (1_733_230_000_123, 42), (999_999_999_999_999, 999_999_999_999_999_999)] {
-        assert_eq!(page(cursor("inbox", at, id)).position("inbox").unwrap(), Some((at, id)));
         assert_eq!(page(cursor("review", at, id)).position("review").unwrap(), Some((at, id)));
-        assert!(page(cursor("inbox", at, id)).position("review").is_err(), "an inbox cursor is not a review cursor");
+        assert!(page(cursor("review", at, id)).inbox_position().is_err(), "a review cursor is not an inbox cursor");
+        // The inbox's cursor names its notification by the opaque id, never by the serial.
+        let notification = NotificationRef(uuid::Uuid::from_u128(u128::from(id.unsigned_abs()) << 64 | 0xabc));
+        let inbox = cursor("inbox", at, notification);
+        assert_eq!(page(inbox.clone()).inbox_position().unwrap(), Some((at, notification)));
+        assert!(!inbox.ends_with(&format!(".{id}")), "{inbox}");
+        assert!(page(inbox).position("review").is_err(), "an inbox cursor is not a review cursor");
+        assert!(page(cursor("inbox", at, id)).inbox_position().is_err(), "a serial is no inbox position");
     }
-    assert_eq!(cursor_pattern("inbox"), r"^i[0-9]{1,15}\.[0-9]{1,18}$");
+    assert_eq!(
+        cursor_pattern("inbox"),
+        r"^i[0-9]{1,15}\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+    );
     assert_eq!(cursor_pattern("review"), r"^r[0-9]{1,15}\.[0-9]{1,18}$");
 }
