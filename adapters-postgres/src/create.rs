@@ -2,10 +2,13 @@
 //! one task per enabled channel in one transaction, and `create_task` makes the digest decision for a
 //! task under a per-(user, thread, channel) advisory lock.
 
+use std::collections::{HashMap, HashSet};
+
 use chrono::{DateTime, Utc};
 use herald_domain::digest::{decide_digest, DigestDecision, OpenDigest};
 use herald_domain::{
-    ChannelName, ChannelRules, EventKey, Millis, NotificationId, TaskId, TaskState, ThreadKey, Timestamp, UserId,
+    ChannelName, ChannelRules, EventKey, Millis, NotificationId, NotificationRef, TaskId, TaskState, ThreadKey,
+    Timestamp, UserId,
 };
 use herald_ports::store::{ChannelTable, Created, Merged, NewNotification, StoreError, StoredSubmission, TaskSummary};
 use sqlx::{PgConnection, PgPool};
@@ -23,9 +26,9 @@ pub(crate) async fn create(
     now: Timestamp,
 ) -> Result<Created, StoreError> {
     let mut tx = pool.begin().await.map_err(store_error)?;
-    let inserted: Option<i64> = sqlx::query_scalar(
+    let inserted: Option<(i64, uuid::Uuid)> = sqlx::query_as(
         "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id",
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id",
     )
     .bind(new.user_id.as_str())
     .bind(new.event_key.as_str())
@@ -38,7 +41,7 @@ pub(crate) async fn create(
     .await
     .map_err(store_error)?;
 
-    let Some(id) = inserted else {
+    let Some((id, public_id)) = inserted else {
         // A duplicate: nothing to write. Under READ COMMITTED the conflicting insert waited for the
         // other transaction, and this new statement sees its committed row.
         tx.rollback().await.map_err(store_error)?;
@@ -49,10 +52,11 @@ pub(crate) async fn create(
             .await
             .map_err(store_error)?;
         let id = NotificationId(stored.id);
+        let notification_ref = NotificationRef(stored.public_id);
         let differs = stored.into_submission().differences(new);
         let tasks = task_summaries(pool, &new.user_id, id).await?;
         let merged = merged_into(pool, &new.user_id, id).await?;
-        return Ok(Created { notification_id: id, created: false, tasks, merged, differs });
+        return Ok(Created { notification_id: id, notification_ref, created: false, tasks, merged, differs });
     };
 
     sqlx::query("INSERT INTO inbox_item (user_id, notification_id, created_at) VALUES ($1, $2, $3)")
@@ -80,17 +84,25 @@ pub(crate) async fn create(
         }
     }
     tx.commit().await.map_err(store_error)?;
-    Ok(Created { notification_id: NotificationId(id), created: true, tasks, merged, differs: Vec::new() })
+    Ok(Created {
+        notification_id: NotificationId(id),
+        notification_ref: NotificationRef(public_id),
+        created: true,
+        tasks,
+        merged,
+        differs: Vec::new(),
+    })
 }
 
 /// The stored submissions of `$2` (an event key) for the users `$1`.
-const SUBMISSION_QUERY: &str = "SELECT id, user_id, body, thread_key, max_attempts, \
+const SUBMISSION_QUERY: &str = "SELECT id, public_id, user_id, body, thread_key, max_attempts, \
      (extract(epoch FROM expires_at - created_at) * 1000)::bigint AS ttl_ms \
      FROM notification WHERE user_id = ANY($1) AND event_key = $2";
 
 #[derive(sqlx::FromRow)]
 struct SubmissionRow {
     id: i64,
+    public_id: uuid::Uuid,
     user_id: String,
     body: String,
     thread_key: Option<String>,
@@ -100,11 +112,15 @@ struct SubmissionRow {
 
 impl SubmissionRow {
     fn into_submission(self) -> StoredSubmission {
+        self.stored()
+    }
+
+    fn stored(&self) -> StoredSubmission {
         StoredSubmission {
-            user_id: UserId(self.user_id),
-            body: self.body,
+            user_id: UserId(self.user_id.clone()),
+            body: self.body.clone(),
             ttl: Millis(u64::try_from(self.ttl_ms).unwrap_or(0)),
-            thread_key: self.thread_key.map(ThreadKey),
+            thread_key: self.thread_key.clone().map(ThreadKey),
             max_attempts: self.max_attempts.map(count_u32),
         }
     }
@@ -268,4 +284,273 @@ async fn task_summaries(
     .await
     .map_err(store_error)?;
     rows.into_iter().map(TaskSummary::try_from).collect()
+}
+
+/// Every recipient of one event (SPEC §3 for each), in **one transaction** and a number of statements
+/// that does not grow with the recipients, except on a channel that merges into digests:
+///
+/// 1. the notifications, one `INSERT … SELECT FROM unnest(…) ON CONFLICT (user_id, event_key) DO NOTHING`
+///    in user order (so two events for overlapping users wait for each other in one order, never in a
+///    cycle);
+/// 2. for the recipients whose notification existed: their stored submissions, compared by the repeat
+///    rule — when any differs, the transaction is rolled back and nothing of the event is written;
+///    otherwise their tasks and digest memberships, one statement each, for the answer;
+/// 3. the inbox items, one statement; the enabled channels of every new recipient, one statement;
+/// 4. the tasks of every channel without a digest rule (or of an event without a thread), one statement;
+/// 5. on a channel with a digest rule, for an event with a thread, each new recipient's decision is
+///    [`create_task`] itself — the same advisory lock, reads and `decide_digest` as a single submit —
+///    in this transaction, because the decision depends on the rows of that (user, thread, channel)
+///    read under its lock;
+/// 6. one wake-up for workers when any task was written.
+///
+/// The answers are in the order of `news`.
+pub(crate) async fn create_many(
+    pool: &PgPool,
+    news: &[NewNotification],
+    channels: &ChannelTable,
+    now: Timestamp,
+) -> Result<Vec<Created>, StoreError> {
+    if news.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Positions of `news` in user order.
+    let mut order: Vec<usize> = (0..news.len()).collect();
+    order.sort_by(|a, b| news[*a].user_id.cmp(&news[*b].user_id));
+    let column = |f: &dyn Fn(&NewNotification) -> Option<String>| -> Vec<Option<String>> {
+        order.iter().map(|&i| f(&news[i])).collect()
+    };
+    let users = column(&|n| Some(n.user_id.as_str().to_owned()));
+    let keys = column(&|n| Some(n.event_key.as_str().to_owned()));
+    let bodies = column(&|n| Some(n.body.clone()));
+    let threads = column(&|n| n.thread_key.as_ref().map(|t| t.as_str().to_owned()));
+    let budgets: Vec<Option<i32>> = order.iter().map(|&i| news[i].max_attempts.map(count_i32)).collect();
+    let expiries: Vec<DateTime<Utc>> = order.iter().map(|&i| to_db(now + news[i].ttl)).collect();
+
+    let mut tx = pool.begin().await.map_err(store_error)?;
+    let inserted: Vec<(i64, uuid::Uuid, String)> = sqlx::query_as(
+        "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
+         SELECT u, k, b, t, m, $7, e FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], \
+           $6::timestamptz[]) WITH ORDINALITY AS r(u, k, b, t, m, e, o) ORDER BY o \
+         ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id, user_id",
+    )
+    .bind(&users)
+    .bind(&keys)
+    .bind(&bodies)
+    .bind(&threads)
+    .bind(&budgets)
+    .bind(&expiries)
+    .bind(to_db(now))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(store_error)?;
+    let inserted: HashMap<String, (i64, uuid::Uuid)> =
+        inserted.into_iter().map(|(id, public_id, user)| (user, (id, public_id))).collect();
+
+    let mut answers: Vec<Option<Created>> = vec![None; news.len()];
+    // The recipients whose notification existed: repeats, compared before anything else is kept.
+    let repeats: Vec<usize> =
+        order.iter().copied().filter(|&i| !inserted.contains_key(news[i].user_id.as_str())).collect();
+    if !repeats.is_empty() {
+        let users: Vec<&str> = repeats.iter().map(|&i| news[i].user_id.as_str()).collect();
+        let keys: Vec<&str> = repeats.iter().map(|&i| news[i].event_key.as_str()).collect();
+        // A new statement: under READ COMMITTED it sees the rows a conflicting insert waited for.
+        let stored: Vec<SubmissionRow> = sqlx::query_as(SUBMISSIONS_OF_PAIRS)
+            .bind(&users)
+            .bind(&keys)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        let stored: HashMap<String, SubmissionRow> = stored.into_iter().map(|row| (row.user_id.clone(), row)).collect();
+        let mut ids = Vec::with_capacity(repeats.len());
+        let mut any_differs = false;
+        for &i in &repeats {
+            let row = stored.get(news[i].user_id.as_str()).ok_or_else(|| {
+                StoreError::Unknown(anyhow::anyhow!("a notification that conflicted on insert is not there"))
+            })?;
+            let differs = row.stored().differences(&news[i]);
+            any_differs |= !differs.is_empty();
+            ids.push(row.id);
+            answers[i] = Some(Created {
+                notification_id: NotificationId(row.id),
+                notification_ref: NotificationRef(row.public_id),
+                created: false,
+                tasks: Vec::new(),
+                merged: Vec::new(),
+                differs,
+            });
+        }
+        if any_differs {
+            // One recipient's conflict is the whole event's: nothing is written for anyone.
+            tx.rollback().await.map_err(store_error)?;
+            return Ok(answers.into_iter().flatten().filter(|a| !a.differs.is_empty()).collect());
+        }
+        let tasks: Vec<(i64, TaskSummaryRow)> = sqlx::query_as::<_, TasksOfRow>(
+            "SELECT t.notification_id, t.id, t.reference::text AS reference, t.channel, t.state \
+             FROM unnest($1::text[], $2::bigint[]) AS k(user_id, notification_id) \
+             JOIN delivery_task t ON t.user_id = k.user_id AND t.notification_id = k.notification_id ORDER BY t.id",
+        )
+        .bind(&users)
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .map(|row| (row.notification_id, row.task))
+        .collect();
+        let merged: Vec<(i64, String, i64)> = sqlx::query_as(
+            "SELECT m.notification_id, m.channel, m.digest_task_id \
+             FROM unnest($1::text[], $2::bigint[]) AS k(user_id, notification_id) \
+             JOIN digest_member m ON m.user_id = k.user_id AND m.notification_id = k.notification_id \
+             ORDER BY m.notification_id, m.channel",
+        )
+        .bind(&users)
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(store_error)?;
+        let by_id: HashMap<i64, usize> = repeats.iter().zip(&ids).map(|(&i, &id)| (id, i)).collect();
+        for (notification, task) in tasks {
+            if let Some(answer) = by_id.get(&notification).and_then(|&i| answers[i].as_mut()) {
+                answer.tasks.push(TaskSummary::try_from(task)?);
+            }
+        }
+        for (notification, channel, task) in merged {
+            if let Some(answer) = by_id.get(&notification).and_then(|&i| answers[i].as_mut()) {
+                answer.merged.push(Merged { channel: ChannelName(channel), digest_task_id: TaskId(task) });
+            }
+        }
+    }
+
+    // The new recipients, in user order.
+    let fresh: Vec<(usize, i64, uuid::Uuid)> = order
+        .iter()
+        .filter_map(|&i| inserted.get(news[i].user_id.as_str()).map(|&(id, public_id)| (i, id, public_id)))
+        .collect();
+    if !fresh.is_empty() {
+        let users: Vec<&str> = fresh.iter().map(|&(i, _, _)| news[i].user_id.as_str()).collect();
+        let ids: Vec<i64> = fresh.iter().map(|&(_, id, _)| id).collect();
+        sqlx::query(
+            "INSERT INTO inbox_item (user_id, notification_id, created_at) \
+             SELECT u, n, $3 FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS r(u, n, o) ORDER BY o",
+        )
+        .bind(&users)
+        .bind(&ids)
+        .bind(to_db(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(store_error)?;
+        let enabled: Vec<(String, String)> = sqlx::query_as(
+            "SELECT user_id, channel FROM channel_pref WHERE user_id = ANY($1) AND enabled AND channel = ANY($2)",
+        )
+        .bind(&users)
+        .bind(channel_names(channels))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(store_error)?;
+        let enabled: HashSet<(String, String)> = enabled.into_iter().collect();
+
+        // Every (recipient, channel) a task or a digest decision is due for, in user then channel order.
+        let mut plain: Vec<(usize, i64, &ChannelName, u32)> = Vec::new();
+        let mut digest: Vec<(usize, i64, &ChannelName, &ChannelRules, u32)> = Vec::new();
+        for &(i, id, public_id) in &fresh {
+            let new = &news[i];
+            answers[i] = Some(Created {
+                notification_id: NotificationId(id),
+                notification_ref: NotificationRef(public_id),
+                created: true,
+                tasks: Vec::new(),
+                merged: Vec::new(),
+                differs: Vec::new(),
+            });
+            for (channel, rules) in &channels.0 {
+                if !enabled.contains(&(new.user_id.as_str().to_owned(), channel.as_str().to_owned())) {
+                    continue;
+                }
+                let budget = new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1);
+                if rules.digest.is_some() && new.thread_key.is_some() {
+                    digest.push((i, id, channel, rules, budget));
+                } else {
+                    plain.push((i, id, channel, budget));
+                }
+            }
+        }
+        // The instant tasks: what `create_task` writes for `SendNow`, for all of them at once.
+        if !plain.is_empty() {
+            let users: Vec<&str> = plain.iter().map(|&(i, ..)| news[i].user_id.as_str()).collect();
+            let ids: Vec<i64> = plain.iter().map(|&(_, id, ..)| id).collect();
+            let names: Vec<&str> = plain.iter().map(|&(_, _, channel, _)| channel.as_str()).collect();
+            let budgets: Vec<i32> = plain.iter().map(|&(.., budget)| count_i32(budget)).collect();
+            let threads: Vec<Option<&str>> =
+                plain.iter().map(|&(i, ..)| news[i].thread_key.as_ref().map(ThreadKey::as_str)).collect();
+            let rows: Vec<(i64, String, i64, String)> = sqlx::query_as(
+                "INSERT INTO delivery_task (user_id, notification_id, channel, state, next_attempt_at, max_attempts, \
+                 thread_key, digest_count, expires_at, created_at, updated_at) \
+                 SELECT u, n, c, 'PENDING', $6, b, t, NULL, NULL, $6, $6 \
+                 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[]) WITH ORDINALITY \
+                   AS r(u, n, c, b, t, o) ORDER BY o \
+                 RETURNING id, reference::text, notification_id, channel",
+            )
+            .bind(&users)
+            .bind(&ids)
+            .bind(&names)
+            .bind(&budgets)
+            .bind(&threads)
+            .bind(to_db(now))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(store_error)?;
+            // RETURNING follows no promised order: each row finds its recipient by its notification.
+            let by_id: HashMap<i64, usize> = fresh.iter().map(|&(i, id, _)| (id, i)).collect();
+            for (task, reference, notification, channel) in rows {
+                if let Some(answer) = by_id.get(&notification).and_then(|&i| answers[i].as_mut()) {
+                    answer.tasks.push(TaskSummary {
+                        task_id: TaskId(task),
+                        reference,
+                        channel: ChannelName(channel),
+                        state: TaskState::Pending,
+                    });
+                }
+            }
+        }
+        // Digest decisions, each under its (user, thread, channel) lock, exactly as a single submit.
+        for (i, id, channel, rules, budget) in digest {
+            match create_task(&mut tx, &news[i], NotificationId(id), channel, rules, budget, now).await? {
+                Placed::Task(summary) => {
+                    if let Some(answer) = answers[i].as_mut() {
+                        answer.tasks.push(summary);
+                    }
+                }
+                Placed::Merged(digest_task_id) => {
+                    if let Some(answer) = answers[i].as_mut() {
+                        answer.merged.push(Merged { channel: channel.clone(), digest_task_id });
+                    }
+                }
+            }
+        }
+        // A recipient's tasks in channel order, as a single submit answers them.
+        for &(i, ..) in &fresh {
+            if let Some(answer) = answers[i].as_mut() {
+                answer.tasks.sort_by_key(|t| channels.0.iter().position(|(name, _)| *name == t.channel));
+            }
+        }
+    }
+    tx.commit().await.map_err(store_error)?;
+    answers
+        .into_iter()
+        .map(|a| a.ok_or_else(|| StoreError::Unknown(anyhow::anyhow!("a recipient without an answer"))))
+        .collect()
+}
+
+/// The stored submissions of the pairs `($1[i], $2[i])` (user, event key), each by the unique key.
+const SUBMISSIONS_OF_PAIRS: &str = "SELECT n.id, n.public_id, n.user_id, n.body, n.thread_key, n.max_attempts, \
+     (extract(epoch FROM n.expires_at - n.created_at) * 1000)::bigint AS ttl_ms \
+     FROM unnest($1::text[], $2::text[]) AS k(user_id, event_key) \
+     JOIN notification n ON n.user_id = k.user_id AND n.event_key = k.event_key";
+
+/// A task of one of several notifications.
+#[derive(sqlx::FromRow)]
+struct TasksOfRow {
+    notification_id: i64,
+    #[sqlx(flatten)]
+    task: TaskSummaryRow,
 }

@@ -9,7 +9,8 @@
 
 use chrono::{DateTime, Utc};
 use herald_domain::{
-    Action, AttemptToken, ChannelName, EventKey, NotificationId, TaskId, TaskSnapshot, ThreadKey, UserId,
+    Action, AttemptToken, ChannelName, EventKey, NotificationId, NotificationRef, TaskId, TaskSnapshot, ThreadKey,
+    UserId,
 };
 use herald_ports::prefs::{ChannelPref, StoredDestination};
 use herald_ports::store::{
@@ -44,11 +45,14 @@ macro_rules! task_decision_columns {
 }
 pub(crate) use task_decision_columns;
 
-/// The text of the columns a [`TaskViewRow`] reads, for `concat!`.
+/// The text of the columns a [`TaskViewRow`] reads, over `delivery_task` named `t`, for `concat!`: the
+/// notification's outside name comes from its row, found by primary key.
 macro_rules! task_view_columns {
     () => {
         "id, user_id, notification_id, channel, state, outcome_uncertain, needs_review, \
-         attempt_count, next_attempt_at, provider_msg_id, last_error, digest_count, reference::text AS reference"
+         attempt_count, next_attempt_at, provider_msg_id, last_error, digest_count, reference::text AS reference, \
+         (SELECT n.public_id FROM notification n WHERE n.user_id = t.user_id AND n.id = t.notification_id) \
+         AS notification_ref"
     };
 }
 pub(crate) use task_view_columns;
@@ -188,6 +192,7 @@ pub(crate) struct TaskViewRow {
     last_error: Option<String>,
     digest_count: Option<i32>,
     reference: String,
+    notification_ref: Uuid,
 }
 
 impl TryFrom<TaskViewRow> for TaskView {
@@ -198,6 +203,7 @@ impl TryFrom<TaskViewRow> for TaskView {
             task_id: TaskId(row.id),
             reference: row.reference,
             notification_id: NotificationId(row.notification_id),
+            notification_ref: NotificationRef(row.notification_ref),
             user_id: UserId(row.user_id),
             channel: ChannelName(row.channel),
             state: parse_code(&row.state)?,
@@ -248,6 +254,7 @@ impl TryFrom<AttemptRow> for AttemptView {
 #[derive(sqlx::FromRow)]
 pub(crate) struct NotificationRow {
     id: i64,
+    public_id: Uuid,
     pub user_id: String,
     event_key: String,
     body: String,
@@ -261,6 +268,7 @@ impl NotificationRow {
     pub(crate) fn into_view(self, tasks: Vec<TaskView>) -> NotificationView {
         NotificationView {
             notification_id: NotificationId(self.id),
+            notification_ref: NotificationRef(self.public_id),
             user_id: UserId(self.user_id),
             event_key: EventKey(self.event_key),
             body: self.body,
@@ -276,6 +284,7 @@ impl NotificationRow {
 #[derive(sqlx::FromRow)]
 pub(crate) struct InboxRow {
     notification_id: i64,
+    public_id: Uuid,
     body: String,
     created_at: DateTime<Utc>,
     read_at: Option<DateTime<Utc>>,
@@ -285,6 +294,7 @@ impl From<InboxRow> for InboxItem {
     fn from(row: InboxRow) -> InboxItem {
         InboxItem {
             notification_id: NotificationId(row.notification_id),
+            notification_ref: NotificationRef(row.public_id),
             body: row.body,
             created_at: from_db(row.created_at),
             read_at: opt_from_db(row.read_at),

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use herald_domain::egress::EgressDecision;
 use herald_domain::quota::TestSendQuota;
 use herald_domain::resolve::FinalState;
-use herald_domain::{ChannelName, ChannelRules, EventKey, NotificationId, TaskId, Timestamp, UserId};
+use herald_domain::{ChannelName, ChannelRules, EventKey, NotificationId, NotificationRef, TaskId, Timestamp, UserId};
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, Created, EgressSlot, FinishRecord, FinishResult, GiveBack, InboxCursor,
     InboxItem, MarkRead, NewNotification, NotificationStore, NotificationView, OutcomeCount, ParkedFilter, ParkedTask,
@@ -170,6 +170,20 @@ impl NotificationStore for PgStore {
         Ok(created)
     }
 
+    #[tracing::instrument(skip_all, fields(recipients = news.len()))]
+    async fn create_event(
+        &self,
+        news: &[NewNotification],
+        channels: &ChannelTable,
+        now: Timestamp,
+    ) -> Result<Vec<Created>, StoreError> {
+        let created = create::create_many(&self.pool, news, channels, now).await?;
+        if created.iter().any(|c| !c.tasks.is_empty()) {
+            self.announcer.committed_tasks();
+        }
+        Ok(created)
+    }
+
     async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError> {
         create::submitted(&self.pool, event_key, users).await
     }
@@ -247,7 +261,7 @@ impl NotificationStore for PgStore {
     async fn mark_read(
         &self,
         user: &UserId,
-        notification: NotificationId,
+        notification: NotificationRef,
         now: Timestamp,
     ) -> Result<MarkRead, StoreError> {
         read::mark_read(&self.pool, user, notification, now).await
@@ -272,6 +286,10 @@ impl NotificationStore for PgStore {
         event_key: &EventKey,
     ) -> Result<Option<NotificationId>, StoreError> {
         views::notification_by_event(&self.pool, user, event_key).await
+    }
+
+    async fn notification_by_ref(&self, notification: NotificationRef) -> Result<Option<NotificationId>, StoreError> {
+        views::notification_by_ref(&self.pool, notification).await
     }
 
     async fn notification_by_reference(&self, reference: &str) -> Result<Option<NotificationId>, StoreError> {

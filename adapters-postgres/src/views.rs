@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use herald_domain::{EventKey, TaskId};
-use herald_domain::{NotificationId, Timestamp, UserId};
+use herald_domain::{NotificationId, NotificationRef, Timestamp, UserId};
 use herald_ports::store::{
     AttemptView, EgressSlot, InboxChannel, InboxCursor, InboxItem, NotificationView, OutcomeCount, ParkedFilter,
     ParkedTask, StoreError, TaskCount, TaskView,
@@ -31,7 +31,7 @@ pub const ATTEMPTS_OF_TASKS: &str = "SELECT a.task_id, a.attempt_no, a.action, a
 const TASKS_OF_NOTIFICATION: &str = concat!(
     "SELECT ",
     task_view_columns!(),
-    " FROM delivery_task WHERE user_id = $1 AND notification_id = $2 ORDER BY id"
+    " FROM delivery_task t WHERE user_id = $1 AND notification_id = $2 ORDER BY id"
 );
 
 /// The review list (SPEC §6): parked tasks, longest waiting first. Served by the partial index
@@ -77,7 +77,8 @@ async fn task_views(pool: &PgPool, rows: Vec<TaskViewRow>) -> Result<Vec<TaskVie
 
 pub(crate) async fn notification(pool: &PgPool, id: NotificationId) -> Result<Option<NotificationView>, StoreError> {
     let Some(row): Option<NotificationRow> = sqlx::query_as(
-        "SELECT id, user_id, event_key, body, thread_key, created_at, expires_at FROM notification WHERE id = $1",
+        "SELECT id, public_id, user_id, event_key, body, thread_key, created_at, expires_at FROM notification \
+         WHERE id = $1",
     )
     .bind(id.0)
     .fetch_optional(pool)
@@ -108,10 +109,14 @@ pub(crate) async fn inbox(pool: &PgPool, user: &UserId, limit: u32) -> Result<Ve
 
 /// A page of the inbox, newest first, after a cursor (`$3`, `$4`; NULL for the first page): served by
 /// `inbox_item_newest` `(user_id, created_at DESC, notification_id DESC)`, the row comparison being its
-/// key order, and each item's notification by its primary key.
-pub const INBOX_PAGE: &str = "SELECT i.notification_id, n.body, i.created_at, i.read_at FROM inbox_item i \
+/// key order, and each item's notification by its primary key. The cursor names its notification by
+/// the outside name (`$4`), turned into the serial by `notification_public_id` — a name this user does
+/// not own gives no position, and an empty page.
+pub const INBOX_PAGE: &str =
+    "SELECT i.notification_id, n.public_id, n.body, i.created_at, i.read_at FROM inbox_item i \
      JOIN notification n ON n.user_id = i.user_id AND n.id = i.notification_id \
-     WHERE i.user_id = $1 AND ($3::timestamptz IS NULL OR (i.created_at, i.notification_id) < ($3, $4)) \
+     WHERE i.user_id = $1 AND ($3::timestamptz IS NULL OR (i.created_at, i.notification_id) < \
+       ($3, (SELECT c.id FROM notification c WHERE c.public_id = $4 AND c.user_id = $1))) \
      ORDER BY i.created_at DESC, i.notification_id DESC LIMIT $2";
 
 /// A page of the inbox, newest first, after `cursor` ([`INBOX_PAGE`]).
@@ -125,7 +130,7 @@ pub(crate) async fn inbox_page(
         .bind(user.as_str())
         .bind(i64::from(limit))
         .bind(cursor.map(|c| to_db(c.created_at)))
-        .bind(cursor.map(|c| c.notification_id.0))
+        .bind(cursor.map(|c| c.notification.0))
         .fetch_all(pool)
         .await
         .map_err(store_error)?;
@@ -213,6 +218,19 @@ pub(crate) async fn notification_by_event(
         .fetch_optional(pool)
         .await
         .map_err(store_error)?;
+    Ok(row.map(|r| NotificationId(r.id)))
+}
+
+/// Served by `notification_public_id` (migration `0009`).
+pub const NOTIFICATION_BY_REF: &str = "SELECT id FROM notification WHERE public_id = $1";
+
+/// The notification known outside by `notification` ([`NOTIFICATION_BY_REF`]).
+pub(crate) async fn notification_by_ref(
+    pool: &PgPool,
+    notification: NotificationRef,
+) -> Result<Option<NotificationId>, StoreError> {
+    let row: Option<IdRow> =
+        sqlx::query_as(NOTIFICATION_BY_REF).bind(notification.0).fetch_optional(pool).await.map_err(store_error)?;
     Ok(row.map(|r| NotificationId(r.id)))
 }
 

@@ -364,7 +364,7 @@ pub async fn review_list(services: &Services, limit: u32) -> anyhow::Result<Stri
         out.push_str(&format!(
             "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             t.task_id,
-            t.notification_id,
+            t.notification_ref,
             t.user_id,
             t.channel,
             t.attempt_count,

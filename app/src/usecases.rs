@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use herald_domain::resolve::FinalState;
 use herald_domain::{
-    slot_kept, ChannelName, IdempotencyKey, Millis, NotificationId, Observation, Outcome, TaskId, Timestamp, UserId,
+    slot_kept, ChannelName, IdempotencyKey, Millis, NotificationRef, Observation, Outcome, TaskId, Timestamp, UserId,
 };
 use herald_ports::{
     Channel, ChannelPref, DestinationCipher, InboxCursor, InboxItem, MarkRead, NotificationView, OutboundMessage,
@@ -63,7 +63,7 @@ pub fn decision_words(final_state: FinalState) -> &'static str {
 pub async fn mark_read(
     services: &Services,
     user: &UserId,
-    notification: NotificationId,
+    notification: NotificationRef,
 ) -> Result<MarkRead, StoreError> {
     let now = services.clock.now().await?;
     services.store.mark_read(user, notification, now).await
@@ -103,7 +103,8 @@ pub async fn review_page(
 /// What the delivery log can be asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogQuery {
-    NotificationId(NotificationId),
+    /// A notification's opaque id.
+    NotificationRef(NotificationRef),
     /// A task reference (the `ref` a channel saw).
     Reference(String),
     /// A user's event.
@@ -116,7 +117,11 @@ pub enum LogQuery {
 /// Store failures.
 pub async fn find_notification(services: &Services, query: &LogQuery) -> Result<Option<NotificationView>, StoreError> {
     let id = match query {
-        LogQuery::NotificationId(id) => Some(*id),
+        LogQuery::NotificationRef(id) => match services.store.notification_by_ref(*id).await? {
+            // A task reference is a UUID too: a text that names no notification may name a task.
+            None => services.store.notification_by_reference(&id.to_string()).await?,
+            found => found,
+        },
         LogQuery::Reference(reference) => services.store.notification_by_reference(reference).await?,
         LogQuery::Event(user, key) => services.store.notification_by_event(user, key).await?,
     };

@@ -129,6 +129,38 @@ int_id!(
     TaskId
 );
 
+/// The name a notification is known by outside Herald (API, console, CLI): a random UUID given at
+/// creation, so that one caller's ids say nothing about anyone else's — no counting through them, no
+/// guess of how many exist. The serial [`NotificationId`] stays inside (joins, task rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NotificationRef(pub uuid::Uuid);
+
+/// The form of a [`NotificationRef`] in a path, a body or a cursor (the API's documented `pattern`).
+pub const NOTIFICATION_REF_PATTERN: &str = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
+
+impl NotificationRef {
+    /// The reference written as [`NOTIFICATION_REF_PATTERN`] says (lowercase, hyphenated), else `None`.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<NotificationRef> {
+        let canonical = text.len() == 36
+            && text.bytes().enumerate().all(|(at, b)| match at {
+                8 | 13 | 18 | 23 => b == b'-',
+                _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+            });
+        if !canonical {
+            return None;
+        }
+        uuid::Uuid::try_parse(text).ok().map(NotificationRef)
+    }
+}
+
+impl fmt::Display for NotificationRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.hyphenated().fmt(f)
+    }
+}
+
 /// The token of the attempt that currently holds a task. Finishing is fenced by it (SPEC §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -184,5 +216,22 @@ mod tests {
         assert_eq!(IdempotencyKey::for_task(reference).as_str(), format!("ntf-{reference}"));
         assert_eq!(IdempotencyKey::for_task(reference), IdempotencyKey::for_task(reference));
         assert_ne!(IdempotencyKey::for_task(reference), IdempotencyKey::for_task("another"));
+    }
+
+    #[test]
+    fn a_notification_ref_is_read_only_in_its_documented_form() {
+        let text = "0b5e2f6e-3c1d-4a8e-9f1a-2d7c4b9e8a01";
+        let parsed = NotificationRef::parse(text).expect("canonical");
+        assert_eq!(parsed.to_string(), text);
+        for wrong in [
+            "42",
+            "",
+            "0B5E2F6E-3C1D-4A8E-9F1A-2D7C4B9E8A01",
+            "0b5e2f6e3c1d4a8e9f1a2d7c4b9e8a01",
+            "{0b5e2f6e-3c1d-4a8e-9f1a-2d7c4b9e8a01}",
+            "0b5e2f6e-3c1d-4a8e-9f1a-2d7c4b9e8a0g",
+        ] {
+            assert_eq!(NotificationRef::parse(wrong), None, "{wrong}");
+        }
     }
 }

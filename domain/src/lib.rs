@@ -32,8 +32,8 @@ pub use digest::{decide_digest, DigestDecision, DigestRule, OpenDigest};
 pub use egress::{decide_egress, default_guard, deferral, give_back, slot_kept, EgressDecision};
 pub use finish::{finish, FinishContext};
 pub use ids::{
-    check_user_id, AttemptToken, ChannelName, EventKey, IdempotencyKey, NotificationId, TaskId, ThreadKey, UserId,
-    UserIdProblem,
+    check_user_id, AttemptToken, ChannelName, EventKey, IdempotencyKey, NotificationId, NotificationRef, TaskId,
+    ThreadKey, UserId, UserIdProblem,
 };
 pub use quota::{decide_test_send, TestSendQuota};
 pub use resolve::{manual_decision, resolve_manually, resolve_manually_at, FinalState, NotParked};

@@ -10,8 +10,8 @@ use herald_domain::egress::EgressDecision;
 use herald_domain::finish::FinishContext;
 use herald_domain::resolve::FinalState;
 use herald_domain::{
-    Action, AttemptToken, ChannelName, ChannelRules, EventKey, Millis, NotificationId, Observation, Outcome, TaskId,
-    TaskState, ThreadKey, Timestamp, Transition, UserId,
+    Action, AttemptToken, ChannelName, ChannelRules, EventKey, Millis, NotificationId, NotificationRef, Observation,
+    Outcome, TaskId, TaskState, ThreadKey, Timestamp, Transition, UserId,
 };
 
 /// Failures of the store, classified so callers know whether waiting helps.
@@ -66,6 +66,8 @@ pub struct TaskSummary {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Created {
     pub notification_id: NotificationId,
+    /// The name the notification is known by outside (the only id an answer shows).
+    pub notification_ref: NotificationRef,
     pub created: bool,
     pub tasks: Vec<TaskSummary>,
     /// Channels on which this event's external prompt was merged into a digest (SPEC §7) instead of
@@ -251,6 +253,8 @@ pub struct TaskView {
     /// The reference channels know the task by (`ref`, and `ntf-{reference}` as idempotency key).
     pub reference: String,
     pub notification_id: NotificationId,
+    /// The notification's outside name (what views show and link to).
+    pub notification_ref: NotificationRef,
     pub user_id: UserId,
     pub channel: ChannelName,
     pub state: TaskState,
@@ -291,6 +295,8 @@ impl TaskView {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotificationView {
     pub notification_id: NotificationId,
+    /// The outside name: the only id a view shows.
+    pub notification_ref: NotificationRef,
     pub user_id: UserId,
     pub event_key: EventKey,
     pub body: String,
@@ -323,6 +329,8 @@ pub struct InboxChannel {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InboxItem {
     pub notification_id: NotificationId,
+    /// The outside name: the only id the inbox shows and accepts.
+    pub notification_ref: NotificationRef,
     pub body: String,
     pub created_at: Timestamp,
     pub read_at: Option<Timestamp>,
@@ -330,12 +338,13 @@ pub struct InboxItem {
     pub channels: Vec<InboxChannel>,
 }
 
-/// Where a page of the inbox starts: after the item with this `(created_at, notification_id)` (newest
-/// first, so the next page holds older items).
+/// Where a page of the inbox starts: after the item with this `created_at` and notification (newest
+/// first, so the next page holds older items). The notification is named by its outside name, so a
+/// cursor shows no serial id; the store finds the position by it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InboxCursor {
     pub created_at: Timestamp,
-    pub notification_id: NotificationId,
+    pub notification: NotificationRef,
 }
 
 /// What marking an inbox item read did.
@@ -432,6 +441,30 @@ pub trait NotificationStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Created, StoreError>;
 
+    /// SPEC §3 for every recipient of one event, in **one transaction**: each `new` as [`create`] would
+    /// store it (its own dedup, inbox item, tasks and digest decisions), the answers in the order of
+    /// `news`. When any recipient's stored submission differs from its `new`, nothing at all is written
+    /// and the answer holds only those recipients' repeats (`differs` not empty).
+    ///
+    /// The default, for test doubles, calls [`create`] once per recipient (not one transaction).
+    ///
+    /// [`create`]: NotificationStore::create
+    async fn create_event(
+        &self,
+        news: &[NewNotification],
+        channels: &ChannelTable,
+        now: Timestamp,
+    ) -> Result<Vec<Created>, StoreError> {
+        let mut answers = Vec::with_capacity(news.len());
+        for new in news {
+            answers.push(self.create(new, channels, now).await?);
+        }
+        if answers.iter().any(|a| !a.differs.is_empty()) {
+            answers.retain(|a| !a.differs.is_empty());
+        }
+        Ok(answers)
+    }
+
     /// The submissions stored before under `event_key` for any of `users` (SPEC §3): what a repeat is
     /// compared with before anything is written.
     async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError>;
@@ -520,11 +553,11 @@ pub trait NotificationStore: Send + Sync {
     async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError>;
 
     /// SPEC §11: marks a user's inbox item read at `now`; repeating it changes nothing (the first time
-    /// stays).
+    /// stays). Another user's notification is [`MarkRead::NotFound`], like a missing one.
     async fn mark_read(
         &self,
         user: &UserId,
-        notification: NotificationId,
+        notification: NotificationRef,
         now: Timestamp,
     ) -> Result<MarkRead, StoreError> {
         let _ = (user, notification, now);
@@ -556,6 +589,12 @@ pub trait NotificationStore: Send + Sync {
     ) -> Result<Option<NotificationId>, StoreError> {
         let _ = (user, event_key);
         Err(unsupported("notification_by_event"))
+    }
+
+    /// The notification known outside by `notification`, if any (the API, the console).
+    async fn notification_by_ref(&self, notification: NotificationRef) -> Result<Option<NotificationId>, StoreError> {
+        let _ = notification;
+        Err(unsupported("notification_by_ref"))
     }
 
     /// The notification whose task has this reference, if any (the console's delivery log).

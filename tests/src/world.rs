@@ -224,6 +224,14 @@ impl World {
         view.tasks.into_iter().find(|t| t.task_id == task).ok_or_else(|| anyhow::anyhow!("no task {task}"))
     }
 
+    /// The notification an API answer named by its opaque id (`notification_id`).
+    ///
+    /// # Errors
+    /// When the text is not an opaque id, or names no notification.
+    pub async fn notification_id(&self, public: &str) -> anyhow::Result<NotificationId> {
+        internal_id(&self.store, public).await
+    }
+
     /// The reference channels know a task by (`ref` on the wire, `ntf-{reference}` as idempotency key).
     ///
     /// # Errors
@@ -268,4 +276,15 @@ impl Channel for WithPolicy {
     async fn query(&self, reference: &str) -> Classified {
         self.inner.query(reference).await
     }
+}
+
+/// The serial id behind the opaque id `public` an API answer showed (tests reach the store with it).
+///
+/// # Errors
+/// When the text is not an opaque id, or names no notification.
+pub async fn internal_id(store: &herald_postgres::PgStore, public: &str) -> anyhow::Result<NotificationId> {
+    use herald_ports::NotificationStore as _;
+    let reference = herald_domain::NotificationRef::parse(public)
+        .ok_or_else(|| anyhow::anyhow!("{public} is not an opaque notification id"))?;
+    store.notification_by_ref(reference).await?.ok_or_else(|| anyhow::anyhow!("no notification {public}"))
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use herald_channels::config::DigestSetting;
-use herald_domain::{Millis, NotificationId, TaskId, TaskState};
+use herald_domain::{Millis, TaskId, TaskState};
 use herald_standin::Script;
 use herald_tests::api::{Api, ADMIN_TOKEN, SERVICE_TOKEN};
 use herald_tests::world::{ClockMode, World};
@@ -249,12 +249,12 @@ async fn submit(api: &Api, user: &str, key: &str) -> Value {
 }
 
 /// A Miaotixing notification for `user` whose connection breaks after the stand-in accepted: parked.
-async fn parked(world: &World, api: &Api, user: &str, key: &str) -> (i64, i64) {
+async fn parked(world: &World, api: &Api, user: &str, key: &str) -> (String, i64) {
     world.user(user, &["miao"]).await.unwrap();
     let created = submit(api, user, key).await;
     world.miao.script_for(&World::destination(user, "miao"), Script::DropAfterAccept);
     drain(world).await;
-    (created["notification_id"].as_i64().unwrap(), created["tasks"][0]["task_id"].as_i64().unwrap())
+    (created["notification_id"].as_str().map(str::to_owned).unwrap(), created["tasks"][0]["task_id"].as_i64().unwrap())
 }
 
 fn secrets(users: &[&str]) -> Vec<String> {
@@ -267,8 +267,9 @@ fn secrets(users: &[&str]) -> Vec<String> {
     out
 }
 
-async fn task_view(world: &World, notification: i64, task: i64) -> herald_ports::TaskView {
-    world.task(NotificationId(notification), TaskId(task)).await.expect("task")
+async fn task_view(world: &World, notification: &str, task: i64) -> herald_ports::TaskView {
+    let notification = world.notification_id(notification).await.expect("the notification");
+    world.task(notification, TaskId(task)).await.expect("task")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,7 +400,7 @@ async fn journey_an_operator_resolves_a_parked_task_once_and_a_second_tab_gets_t
     );
     b.screenshot("06-conflict.png").await;
 
-    let view = task_view(&world, notification, task).await;
+    let view = task_view(&world, &notification, task).await;
     assert_eq!(view.state, TaskState::Sent);
     assert_eq!(view.attempts.iter().filter(|a| a.outcome.is_some_and(herald_domain::Outcome::is_manual)).count(), 1);
     let page = b.goto(&format!("/console/notifications/{notification}")).await;
@@ -421,7 +422,7 @@ async fn journey_send_again_leads_to_a_new_fenced_attempt() {
     b.fill(&format!("#note-{task}"), "user says nothing arrived").await;
     let page = b.click(&format!("#task-{task} button[value='RESEND']")).await;
     assert!(page.contains(&format!("Task {task}: sent again at an operator's request.")), "{page}");
-    let view = task_view(&world, notification, task).await;
+    let view = task_view(&world, &notification, task).await;
     assert_eq!((view.state, view.outcome_uncertain, view.attempt_count), (TaskState::Pending, false, 0));
 
     drain(&world).await;
@@ -436,7 +437,7 @@ async fn journey_send_again_leads_to_a_new_fenced_attempt() {
     );
     assert!(page.contains("<code>SEND</code>") && page.contains("<code>ACCEPTED</code>"), "a new ordinary attempt");
     b.screenshot("07-send-again-timeline.png").await;
-    let view = task_view(&world, notification, task).await;
+    let view = task_view(&world, &notification, task).await;
     assert_eq!(view.state, TaskState::Sent);
     let last = view.attempts.last().expect("attempt");
     assert_eq!(
@@ -467,7 +468,7 @@ async fn journey_csrf_is_refused_and_a_user_cannot_open_another_users_pages() {
     let page = b.click(&format!("#task-{task} button[value='FAILED']")).await;
     assert!(page.contains("did not come from this console; nothing was changed"), "{page}");
     b.screenshot("08-csrf-refused.png").await;
-    assert!(task_view(&world, notification, task).await.is_parked(), "nothing changed");
+    assert!(task_view(&world, &notification, task).await.is_parked(), "nothing changed");
     b.close().await;
 
     let u = Browser::start(&api.base, "en-US", secrets(&["erin"])).await;
@@ -664,9 +665,11 @@ async fn journey_two_real_herald_serve_processes_share_a_session_and_a_decision_
         .await
         .expect("submit");
     assert_eq!(submitted.status(), StatusCode::CREATED);
-    let notification = submitted.json::<Value>().await.expect("json")["notification_id"].as_i64().expect("id");
+    let notification =
+        submitted.json::<Value>().await.expect("json")["notification_id"].as_str().map(str::to_owned).expect("id");
     herald_tests::wait::wait_until("the task is parked", || async {
-        let view = db.store.notification(NotificationId(notification)).await.ok().flatten();
+        let Ok(id) = herald_tests::world::internal_id(&db.store, &notification).await else { return false };
+        let view = db.store.notification(id).await.ok().flatten();
         view.is_some_and(|v| v.tasks.iter().all(herald_ports::TaskView::is_parked))
     })
     .await;
@@ -679,8 +682,15 @@ async fn journey_two_real_herald_serve_processes_share_a_session_and_a_decision_
     let other = Browser { base: b.clone(), ..browser };
     let page = other.goto("/console/review").await;
     assert_eq!(other.path().await, "/console/review", "process B accepts process A's session");
-    let task =
-        db.store.notification(NotificationId(notification)).await.expect("view").expect("exists").tasks[0].task_id.0;
+    let task = db
+        .store
+        .notification(herald_tests::world::internal_id(&db.store, &notification).await.expect("id"))
+        .await
+        .expect("view")
+        .expect("exists")
+        .tasks[0]
+        .task_id
+        .0;
     assert!(page.contains(&format!("task-{task}")));
     other.fill(&format!("#note-{task}"), "ivy says it never came").await;
     let page = other.click(&format!("#task-{task} button[value='FAILED']")).await;

@@ -302,7 +302,7 @@ async fn a_planted_destination_appears_in_no_log_error_response_or_row() -> anyh
     // 5. Read everything back through the API.
     let mut parked = Vec::new();
     for (i, (user, token)) in user_tokens.iter().enumerate() {
-        let id = created[i]["notification_id"].as_i64().expect("an id");
+        let id = created[i]["notification_id"].as_str().map(str::to_owned).expect("an id");
         let (status, view) = client.call(get.clone(), &format!("/v1/notifications/{id}"), token, None).await;
         assert_eq!(status, 200, "{view}");
         let (status, inbox) = client.call(get.clone(), &format!("/v1/users/{user}/inbox"), token, None).await;
@@ -325,7 +325,7 @@ async fn a_planted_destination_appears_in_no_log_error_response_or_row() -> anyh
     // What the worker observed covers every failure the brief plants.
     let mut outcomes = Vec::new();
     for answer in &created {
-        let id = herald_domain::NotificationId(answer["notification_id"].as_i64().expect("an id"));
+        let id = world.notification_id(answer["notification_id"].as_str().expect("an id")).await?;
         let view = world.store.notification(id).await?.expect("the notification");
         for task in view.tasks {
             outcomes.extend(task.attempts.iter().filter_map(|a| a.outcome.map(|o| o.as_str().to_owned())));

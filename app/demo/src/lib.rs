@@ -500,7 +500,7 @@ fn print_summary(report: &DemoReport) {
         report.notification_rows,
         s.notifications.len(),
         s.duplicates,
-        s.in_app.map_or(0, |_| 1)
+        s.in_app.as_ref().map_or(0, |_| 1)
     );
     let extra: u64 = report.channels.iter().map(|c| c.extra_sends).sum();
     println!(
@@ -583,7 +583,7 @@ fn print_next_steps(
     }
     // The notification and the inbox shown are the same user's: user-01's order.
     let user = scenario::user(1);
-    let notification = report.submitted.first_order.unwrap_or(1);
+    let notification = report.submitted.first_order.clone().unwrap_or_default();
     println!("\nTry the API (while the demo runs):");
     println!("  curl -s {base}/v1/notifications/{notification} -H 'Authorization: Bearer {service_token}'");
     println!(

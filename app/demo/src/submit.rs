@@ -27,7 +27,8 @@ pub struct TaskBody {
 
 #[derive(Debug, Deserialize)]
 pub struct CreatedBody {
-    pub notification_id: i64,
+    /// Opaque (a UUID): the API shows no serial id.
+    pub notification_id: String,
     pub created: bool,
     pub tasks: Vec<TaskBody>,
 }
@@ -104,9 +105,9 @@ impl Api<'_> {
 #[derive(Debug, Default)]
 pub struct Submitted {
     /// Every notification id seen (created or returned for a duplicate).
-    pub notifications: BTreeSet<i64>,
+    pub notifications: BTreeSet<String>,
     /// The order notification of the first background user (`scenario::user(1)`).
-    pub first_order: Option<i64>,
+    pub first_order: Option<String>,
     /// Background notifications answered 201.
     pub created: u64,
     /// Submits answered 200 `created: false` (background duplicates and the repeated event).
@@ -118,11 +119,11 @@ pub struct Submitted {
     /// Status of the repeated event and how many it created.
     pub fan_out_repeat: (u16, u64),
     /// The in-app-only notification and its task count.
-    pub in_app: Option<(i64, usize)>,
+    pub in_app: Option<(String, usize)>,
     /// Status of the invalid submit (expected 422).
     pub invalid_status: u16,
     /// Per case, in table order: the notification and its one task.
-    pub cases: Vec<(i64, i64)>,
+    pub cases: Vec<(String, i64)>,
     /// Tasks created, all submissions together.
     pub tasks: u64,
 }
@@ -177,12 +178,12 @@ pub async fn submit_mix(api: &Api<'_>, standins: &StandIns<'_>) -> anyhow::Resul
     .buffered(8)
     .try_collect::<Vec<_>>()
     .await?;
-    out.first_order = orders.first().map(|(_, created)| created.notification_id);
+    out.first_order = orders.first().map(|(_, created)| created.notification_id.clone());
     for (status, created) in &orders {
         ensure!(*status == 201 && created.created, "a first submit was not created");
         out.created += 1;
         out.tasks += created.tasks.len() as u64;
-        out.notifications.insert(created.notification_id);
+        out.notifications.insert(created.notification_id.clone());
     }
 
     // The same submits again, as a business service retrying a call whose answer it lost: the same
@@ -213,7 +214,7 @@ pub async fn submit_mix(api: &Api<'_>, standins: &StandIns<'_>) -> anyhow::Resul
     for created in &fan_out.notifications {
         out.fan_out_created += u64::from(created.created);
         out.tasks += created.tasks.len() as u64;
-        out.notifications.insert(created.notification_id);
+        out.notifications.insert(created.notification_id.clone());
     }
     let response = api.post("/v1/events", &event).await?;
     let status = response.status().as_u16();
@@ -228,8 +229,8 @@ pub async fn submit_mix(api: &Api<'_>, standins: &StandIns<'_>) -> anyhow::Resul
 
     // A user with no channel: the notification is in the inbox only.
     let (_, in_app) = api.notify(scenario::IN_APP_USER, "welcome", "Welcome to the shop", None).await?;
-    out.notifications.insert(in_app.notification_id);
-    out.in_app = Some((in_app.notification_id, in_app.tasks.len()));
+    out.notifications.insert(in_app.notification_id.clone());
+    out.in_app = Some((in_app.notification_id.clone(), in_app.tasks.len()));
 
     // Bad input: refused with a problem document naming the field, nothing written.
     let invalid = json!({ "user_id": scenario::user(1), "event_key": "bad", "body": "x", "ttl_seconds": 0 });
@@ -261,8 +262,8 @@ pub async fn submit_mix(api: &Api<'_>, standins: &StandIns<'_>) -> anyhow::Resul
             api.preference(&user, case.channel, None, false).await?;
         }
         out.tasks += 1;
-        out.notifications.insert(created.notification_id);
-        out.cases.push((created.notification_id, task.task_id));
+        out.notifications.insert(created.notification_id.clone());
+        out.cases.push((created.notification_id.clone(), task.task_id));
     }
     Ok(out)
 }

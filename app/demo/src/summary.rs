@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use herald_channels::kinds::webpush::topic;
-use herald_domain::{ChannelName, NotificationId, TaskState, UserId};
+use herald_domain::{ChannelName, NotificationRef, TaskState, UserId};
 use herald_ports::{NotificationStore, PreferenceStore, StoreError, TaskView};
 use herald_standin::{SmtpStandIn, StandIn, WebPushService};
 
@@ -121,8 +121,10 @@ pub async fn count(
     let mut tasks_by_id: HashMap<i64, TaskView> = HashMap::new();
     // Miaotixing tasks per user, to compare with sends per destination.
     let mut miao_tasks: HashMap<String, u64> = HashMap::new();
-    for &id in &submitted.notifications {
-        let Some(view) = store.notification(NotificationId(id)).await? else { continue };
+    for id in &submitted.notifications {
+        let Some(id) = NotificationRef::parse(id) else { continue };
+        let Some(id) = store.notification_by_ref(id).await? else { continue };
+        let Some(view) = store.notification(id).await? else { continue };
         for task in view.tasks {
             let Some(ch) = Ch::from_name(task.channel.as_str()) else { continue };
             let line = &mut lines[Ch::ALL.iter().position(|c| *c == ch).unwrap_or(0)];

@@ -318,6 +318,8 @@ pub fn openapi_json(channels: &ChannelTable) -> serde_json::Value {
     let mut doc = serde_json::to_value(openapi_document()).unwrap_or(Value::Null);
     let user_id = json!({"type": "string", "minLength": 1, "maxLength": herald_domain::ids::MAX_USER_ID_CHARS,
         "pattern": herald_domain::ids::USER_ID_PATTERN});
+    let notification_id =
+        json!({"type": "string", "format": "uuid", "pattern": herald_domain::ids::NOTIFICATION_REF_PATTERN});
     let names: Vec<String> = channels.names().map(ToString::to_string).collect();
     let problem = |words: &str| {
         json!({"description": words,
@@ -355,6 +357,7 @@ pub fn openapi_json(channels: &ChannelTable) -> serde_json::Value {
                 for parameter in parameters {
                     match parameter.get("name").and_then(Value::as_str) {
                         Some("user_id") => parameter["schema"] = user_id.clone(),
+                        Some("id" | "notification_id") => parameter["schema"] = notification_id.clone(),
                         Some("channel") => parameter["schema"] = json!({"type": "string", "enum": names}),
                         Some("cursor") => {
                             let kind = if path.ends_with("/inbox") { "inbox" } else { "review" };
@@ -362,6 +365,18 @@ pub fn openapi_json(channels: &ChannelTable) -> serde_json::Value {
                         }
                         _ => {}
                     }
+                }
+            }
+        }
+    }
+    // Every notification id an answer carries is opaque: say its form (what a client passes back).
+    if let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
+        for schema in schemas.values_mut() {
+            if let Some(property) = schema.pointer_mut("/properties/notification_id") {
+                let description = property.get("description").cloned();
+                *property = notification_id.clone();
+                if let Some(description) = description {
+                    property["description"] = description;
                 }
             }
         }

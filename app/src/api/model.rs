@@ -340,7 +340,9 @@ impl From<&TaskSummary> for TaskSummaryBody {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CreatedBody {
-    pub notification_id: i64,
+    /// The notification's id: opaque (a random UUID), never a count.
+    #[schema(pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub notification_id: String,
     /// False when the `(user_id, event_key)` was submitted before; the existing tasks are returned.
     pub created: bool,
     /// One task per enabled channel whose prompt is this notification's own. Empty for an in-app-only
@@ -364,7 +366,7 @@ pub struct MergedBody {
 impl From<&Created> for CreatedBody {
     fn from(created: &Created) -> Self {
         CreatedBody {
-            notification_id: created.notification_id.0,
+            notification_id: created.notification_ref.to_string(),
             created: created.created,
             tasks: created.tasks.iter().map(TaskSummaryBody::from).collect(),
             merged: created
@@ -483,7 +485,9 @@ impl From<&TaskView> for TaskBody {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NotificationBody {
-    pub notification_id: i64,
+    /// The notification's id: opaque (a random UUID), never a count.
+    #[schema(pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub notification_id: String,
     pub user_id: String,
     pub event_key: String,
     pub thread_key: Option<String>,
@@ -494,7 +498,9 @@ pub struct NotificationBody {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReviewTaskBody {
-    pub notification_id: i64,
+    /// The notification's id: opaque (a random UUID), never a count.
+    #[schema(pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub notification_id: String,
     pub user_id: String,
     #[serde(flatten)]
     pub task: TaskBody,
@@ -575,7 +581,9 @@ pub struct InboxChannelBody {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct InboxItemBody {
-    pub notification_id: i64,
+    /// The notification's id: opaque (a random UUID), never a count.
+    #[schema(pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub notification_id: String,
     pub body: String,
     pub created_at: String,
     pub read_at: Option<String>,
@@ -635,7 +643,9 @@ impl ResolveRequest {
 /// `POST /v1/users/{user_id}/inbox/{notification_id}/read`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReadBody {
-    pub notification_id: i64,
+    /// The notification's id: opaque (a random UUID), never a count.
+    #[schema(pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub notification_id: String,
     /// When the item was first marked read.
     pub read_at: String,
     /// False when it had been read before (nothing changed).
@@ -690,34 +700,59 @@ impl PageQuery {
     /// A 400 problem naming `cursor` when it is not one this list gave.
     pub fn position(&self, kind: &str) -> Result<Option<(i64, i64)>, Problem> {
         let Some(text) = &self.cursor else { return Ok(None) };
-        cursor_position(kind, text).map(Some).ok_or_else(|| Problem {
-            errors: vec![FieldError::new("cursor", "is not a cursor of this list; pass next_cursor as it was given")],
-            ..Problem::new(
-                axum::http::StatusCode::BAD_REQUEST,
-                "bad-cursor",
-                "Invalid cursor",
-                "cursor: is not a cursor of this list",
-            )
-        })
+        cursor_position(kind, text).map(Some).ok_or_else(bad_cursor)
+    }
+
+    /// The position an inbox cursor names: a time and a notification's opaque id.
+    ///
+    /// # Errors
+    /// A 400 problem for a text that is not an inbox cursor.
+    pub fn inbox_position(&self) -> Result<Option<(i64, herald_domain::NotificationRef)>, Problem> {
+        let Some(text) = &self.cursor else { return Ok(None) };
+        cursor_parts("inbox", text)
+            .and_then(|(at, id)| Some((at, herald_domain::NotificationRef::parse(id)?)))
+            .map(Some)
+            .ok_or_else(bad_cursor)
     }
 }
 
-/// The page cursor of list `kind`: its letter, then `{time in ms}.{id}` of the last entry shown. Clients
-/// treat it as opaque and pass it back as given; its pattern ([`cursor_pattern`]) is documented so that a
+/// The answer to a cursor this list did not give.
+fn bad_cursor() -> Problem {
+    Problem {
+        errors: vec![FieldError::new("cursor", "is not a cursor of this list; pass next_cursor as it was given")],
+        ..Problem::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "bad-cursor",
+            "Invalid cursor",
+            "cursor: is not a cursor of this list",
+        )
+    }
+}
+
+/// The page cursor of list `kind`: its letter, then `{time in ms}.{id}` of the last entry shown — for the
+/// inbox the notification's opaque id, for the review (operators only) the task id. Clients treat it as
+/// opaque and pass it back as given; its pattern ([`cursor_pattern`]) is documented so that a
 /// well-formed one is never refused.
 #[must_use]
-pub fn cursor(kind: &str, at_ms: i64, id: i64) -> String {
+pub fn cursor(kind: &str, at_ms: i64, id: impl std::fmt::Display) -> String {
     format!("{}{at_ms}.{id}", cursor_letter(kind))
 }
 
-fn cursor_position(kind: &str, text: &str) -> Option<(i64, i64)> {
+fn cursor_parts<'a>(kind: &str, text: &'a str) -> Option<(i64, &'a str)> {
     let rest = text.strip_prefix(cursor_letter(kind))?;
     let (at, id) = rest.split_once('.')?;
-    let digits = |part: &str, max: usize| (1..=max).contains(&part.len()) && part.bytes().all(|b| b.is_ascii_digit());
-    if !digits(at, 15) || !digits(id, 18) {
+    if !(1..=15).contains(&at.len()) || !at.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    Some((at.parse().ok()?, id.parse().ok()?))
+    Some((at.parse().ok()?, id))
+}
+
+fn cursor_position(kind: &str, text: &str) -> Option<(i64, i64)> {
+    let (at, id) = cursor_parts(kind, text)?;
+    if !(1..=18).contains(&id.len()) || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((at, id.parse().ok()?))
 }
 
 /// The letter a cursor of list `kind` starts with, so that one list's cursor is refused by another.
@@ -733,7 +768,12 @@ fn cursor_letter(kind: &str) -> char {
 /// accepts (a time in ms and an id, each within what the store holds), so `/openapi.json` can state it.
 #[must_use]
 pub fn cursor_pattern(kind: &str) -> String {
-    format!(r"^{}[0-9]{{1,15}}\.[0-9]{{1,18}}$", cursor_letter(kind))
+    if kind == "inbox" {
+        let id = herald_domain::ids::NOTIFICATION_REF_PATTERN.trim_start_matches('^');
+        format!(r"^{}[0-9]{{1,15}}\.{id}", cursor_letter(kind))
+    } else {
+        format!(r"^{}[0-9]{{1,15}}\.[0-9]{{1,18}}$", cursor_letter(kind))
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]

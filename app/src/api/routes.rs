@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use herald_domain::{ChannelName, NotificationId, Outcome, TaskId, TaskState, UserId};
+use herald_domain::{ChannelName, NotificationRef, Outcome, TaskId, TaskState, UserId};
 use herald_ports::{InboxChannel, MarkRead, NotificationView};
 
 use super::auth::{Administrator, Caller, Submitter, UserAccess};
@@ -54,9 +54,9 @@ pub async fn submit_notification(
 
 /// Submit one event for several recipients: one notification each, each deduplicated on its own.
 ///
-/// Every notification is committed (in its own transaction) before any channel is called, since
-/// channels are called only by workers. If the store fails part-way, the earlier recipients are
-/// committed and repeating the whole request is safe.
+/// Every recipient's notification, inbox item and tasks are committed in one transaction before any
+/// channel is called (channels are called only by workers): all of the event or, on a failure or a
+/// conflict, none of it — repeating the whole request is safe either way.
 #[utoipa::path(
     post, path = "/v1/events", tag = "submit", request_body = SubmitEvent,
     security(("bearer" = [])),
@@ -77,36 +77,43 @@ pub async fn submit_event(
 ) -> ApiResult<(StatusCode, Json<EventCreatedBody>)> {
     let notifications = request.validate()?;
     // A repeat must say the same thing for every recipient; checked before anything is written.
-    if let Some(first) = notifications.first() {
-        let users: Vec<_> = notifications.iter().map(|n| n.user_id.clone()).collect();
-        let stored = state.store.submitted(&first.event_key, &users).await?;
-        let mut conflicts = Vec::new();
-        for (i, new) in notifications.iter().enumerate() {
-            if let Some(before) = stored.iter().find(|s| s.user_id == new.user_id) {
-                conflicts.extend(differing_fields(&format!("recipients[{i}]"), &before.differences(new)));
-            }
-        }
-        if !conflicts.is_empty() {
-            return Err(Problem::submission_conflict(conflicts));
-        }
-    }
+    event_conflicts(&state, &notifications).await?;
     let now = state.clock.now().await?;
+    let created = state.store.create_event(&notifications, &state.channels, now).await?;
+    if created.iter().any(|c| !c.differs.is_empty()) {
+        // Another submit stored a different one meanwhile; nothing of this event was written. Its
+        // fields are named as the check above names them.
+        event_conflicts(&state, &notifications).await?;
+        return Err(Problem::submission_conflict(Vec::new()));
+    }
     let mut results = Vec::with_capacity(notifications.len());
-    for new in &notifications {
-        let created = state.store.create(new, &state.channels, now).await.map_err(|error| {
-            Problem::from_store(&error).with_detail(format!(
-                "stopped after {} of {} recipients; the earlier ones are recorded and repeating the request is safe",
-                results.len(),
-                notifications.len()
-            ))
-        })?;
+    for (new, created) in notifications.iter().zip(&created) {
         crate::metrics::record_submission(created.created);
-        results.push(RecipientCreated { user_id: new.user_id.to_string(), notification: CreatedBody::from(&created) });
+        results.push(RecipientCreated { user_id: new.user_id.to_string(), notification: CreatedBody::from(created) });
     }
     let any_created = results.iter().any(|r| r.notification.created);
     let event_key = notifications.first().map(|n| n.event_key.to_string()).unwrap_or_default();
     let status = if any_created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(EventCreatedBody { event_key, notifications: results })))
+}
+
+/// A 409 naming every recipient field in which `notifications` differ from what is stored under the same
+/// (user_id, event_key).
+async fn event_conflicts(state: &ApiState, notifications: &[herald_ports::NewNotification]) -> ApiResult<()> {
+    let Some(first) = notifications.first() else { return Ok(()) };
+    let users: Vec<_> = notifications.iter().map(|n| n.user_id.clone()).collect();
+    let stored = state.store.submitted(&first.event_key, &users).await?;
+    let mut conflicts = Vec::new();
+    for (i, new) in notifications.iter().enumerate() {
+        if let Some(before) = stored.iter().find(|s| s.user_id == new.user_id) {
+            conflicts.extend(differing_fields(&format!("recipients[{i}]"), &before.differences(new)));
+        }
+    }
+    if conflicts.is_empty() {
+        Ok(())
+    } else {
+        Err(Problem::submission_conflict(conflicts))
+    }
 }
 
 /// One field error per differing field, named under `prefix` (`recipients[3]` for an event's recipient:
@@ -123,7 +130,7 @@ fn differing_fields(prefix: &str, fields: &[&'static str]) -> Vec<FieldError> {
 
 fn notification_body(view: &NotificationView) -> NotificationBody {
     NotificationBody {
-        notification_id: view.notification_id.0,
+        notification_id: view.notification_ref.to_string(),
         user_id: view.user_id.to_string(),
         event_key: view.event_key.to_string(),
         thread_key: view.thread_key.as_ref().map(ToString::to_string),
@@ -137,7 +144,7 @@ fn notification_body(view: &NotificationView) -> NotificationBody {
 /// notification; a user token only that user's.
 #[utoipa::path(
     get, path = "/v1/notifications/{id}", tag = "read",
-    params(("id" = i64, Path, description = "notification id")),
+    params(("id" = String, Path, description = "notification id (opaque, as an answer gave it)")),
     security(("bearer" = [])),
     responses(
         (status = 200, body = NotificationBody),
@@ -149,9 +156,12 @@ fn notification_body(view: &NotificationView) -> NotificationBody {
 pub async fn get_notification(
     State(state): State<ApiState>,
     caller: Caller,
-    ApiPath(id): ApiPath<i64>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<NotificationBody>> {
-    let view = state.store.notification(NotificationId(id)).await?.ok_or_else(Problem::not_found)?;
+    // Not in the documented form: no notification has that id.
+    let id = NotificationRef::parse(&id).ok_or_else(Problem::not_found)?;
+    let id = state.store.notification_by_ref(id).await?.ok_or_else(Problem::not_found)?;
+    let view = state.store.notification(id).await?.ok_or_else(Problem::not_found)?;
     if let Caller::User(user) = &caller {
         // Another user's notification is answered exactly like a missing one: a user token learns
         // nothing about notifications that are not its own, not even that they exist.
@@ -330,15 +340,14 @@ pub async fn get_inbox(
     check_path_user(&mut errors, &user_id);
     errors.finish(|| Some(()))?;
     let limit = query.limit(50)?;
-    let after = query.position("inbox")?.map(|(at, id)| herald_ports::InboxCursor {
-        created_at: herald_domain::Timestamp(at),
-        notification_id: NotificationId(id),
-    });
+    let after = query
+        .inbox_position()?
+        .map(|(at, notification)| herald_ports::InboxCursor { created_at: herald_domain::Timestamp(at), notification });
     let mut items =
         crate::usecases::inbox_page(&state.services(), &UserId::new(user_id), after, limit.saturating_add(1)).await?;
     let next_cursor = if items.len() > limit as usize {
         items.truncate(limit as usize);
-        items.last().map(|last| super::model::cursor("inbox", last.created_at.0, last.notification_id.0))
+        items.last().map(|last| super::model::cursor("inbox", last.created_at.0, last.notification_ref))
     } else {
         None
     };
@@ -354,7 +363,7 @@ pub async fn get_inbox(
             })
             .collect::<Vec<_>>();
         out.push(InboxItemBody {
-            notification_id: item.notification_id.0,
+            notification_id: item.notification_ref.to_string(),
             body: item.body.clone(),
             created_at: rfc3339(item.created_at),
             read_at: item.read_at.map(rfc3339),
@@ -395,7 +404,7 @@ pub async fn list_review(
         .iter()
         .map(|parked| &parked.task)
         .map(|t| ReviewTaskBody {
-            notification_id: t.notification_id.0,
+            notification_id: t.notification_ref.to_string(),
             user_id: t.user_id.to_string(),
             task: t.into(),
         })
@@ -433,7 +442,7 @@ pub async fn resolve_task(
 /// Mark an inbox item read. Repeating it changes nothing: the first time stays and `changed` is false.
 #[utoipa::path(
     post, path = "/v1/users/{user_id}/inbox/{notification_id}/read", tag = "read",
-    params(("user_id" = String, Path), ("notification_id" = i64, Path)),
+    params(("user_id" = String, Path), ("notification_id" = String, Path, description = "notification id (opaque, as an answer gave it)")),
     security(("bearer" = [])),
     responses(
         (status = 200, body = ReadBody),
@@ -445,18 +454,19 @@ pub async fn resolve_task(
 pub async fn mark_read(
     State(state): State<ApiState>,
     _: UserAccess,
-    ApiPath((user_id, notification_id)): ApiPath<(String, i64)>,
+    ApiPath((user_id, notification_id)): ApiPath<(String, String)>,
 ) -> ApiResult<Json<ReadBody>> {
     let mut errors = Errors::default();
     check_path_user(&mut errors, &user_id);
     errors.finish(|| Some(()))?;
-    let id = NotificationId(notification_id);
+    // Not in the documented form: no item has that id.
+    let id = NotificationRef::parse(&notification_id).ok_or_else(Problem::not_found)?;
     let (read_at, changed) = match crate::usecases::mark_read(&state.services(), &UserId::new(user_id), id).await? {
         MarkRead::Marked(at) => (at, true),
         MarkRead::AlreadyRead(at) => (at, false),
         MarkRead::NotFound => return Err(Problem::not_found()),
     };
-    Ok(Json(ReadBody { notification_id, read_at: rfc3339(read_at), changed }))
+    Ok(Json(ReadBody { notification_id: id.to_string(), read_at: rfc3339(read_at), changed }))
 }
 
 /// Liveness: the process answers.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use herald_domain::{ChannelName, Millis, NotificationId, TaskId, TaskState, Timestamp, UserId};
+use herald_domain::{ChannelName, Millis, NotificationId, NotificationRef, TaskId, TaskState, Timestamp, UserId};
 use herald_ports::channel::MockChannelRegistry;
 use herald_ports::cipher::MockDestinationCipher;
 use herald_ports::clock::MockClock;
@@ -137,6 +137,7 @@ fn valid_submission() -> Value {
 fn created(created: bool) -> Created {
     Created {
         notification_id: NotificationId(7),
+        notification_ref: NotificationRef(uuid::Uuid::from_u128(7)),
         created,
         tasks: vec![TaskSummary {
             task_id: TaskId(70),
@@ -168,7 +169,7 @@ async fn submit_creates_with_201_and_a_duplicate_answers_200() {
         assert_eq!(
             answer.json(),
             json!({
-                "notification_id": 7,
+                "notification_id": "00000000-0000-0000-0000-000000000007",
                 "created": is_new,
                 "tasks": [{"task_id": 70, "reference": "ref-70", "channel": "push", "state": "PENDING"}]
             })
@@ -324,9 +325,12 @@ async fn a_user_token_reaches_only_its_own_user() {
 #[tokio::test]
 async fn a_user_token_sees_only_its_own_notification() {
     let mut mocks = Mocks::default();
+    let five = NotificationRef(uuid::Uuid::from_u128(5));
+    mocks.store.expect_notification_by_ref().returning(move |r| Ok((r == five).then_some(NotificationId(5))));
     mocks.store.expect_notification().returning(|id| {
         Ok(Some(herald_ports::NotificationView {
             notification_id: id,
+            notification_ref: NotificationRef(uuid::Uuid::from_u128(5)),
             user_id: UserId::new("bob"),
             event_key: "e".into(),
             body: "secret body".into(),
@@ -339,10 +343,16 @@ async fn a_user_token_sees_only_its_own_notification() {
     let state = mocks.state();
     let alice = user_token(&state, "alice");
     let bob = user_token(&state, "bob");
-    send(state.clone(), "GET", "/v1/notifications/5", Some(&alice), None).await.problem(StatusCode::NOT_FOUND);
-    let answer = send(state, "GET", "/v1/notifications/5", Some(&bob), None).await;
+    let path = format!("/v1/notifications/{five}");
+    send(state.clone(), "GET", &path, Some(&alice), None).await.problem(StatusCode::NOT_FOUND);
+    // The serial id, or any text not in the opaque form, names nothing.
+    send(state.clone(), "GET", "/v1/notifications/5", Some(&bob), None).await.problem(StatusCode::NOT_FOUND);
+    let other = format!("/v1/notifications/{}", NotificationRef(uuid::Uuid::from_u128(6)));
+    send(state.clone(), "GET", &other, Some(&bob), None).await.problem(StatusCode::NOT_FOUND);
+    let answer = send(state, "GET", &path, Some(&bob), None).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.json()["created_at"], "1970-01-01T00:00:00.000Z");
+    assert_eq!(answer.json()["notification_id"], five.to_string(), "the opaque id, never the serial");
 }
 
 #[tokio::test]
@@ -368,7 +378,12 @@ async fn events_validate_recipients_without_writing() {
 async fn events_create_one_notification_per_recipient() {
     let mut mocks = Mocks::default().with_clock();
     mocks.store.expect_submitted().times(1).returning(|_, _| Ok(Vec::new()));
-    mocks.store.expect_create().times(3).returning(|new, _, _| Ok(created(new.user_id.as_str() != "b")));
+    // One store call for the whole event.
+    mocks
+        .store
+        .expect_create_event()
+        .times(1)
+        .returning(|news, _, _| Ok(news.iter().map(|new| created(new.user_id.as_str() != "b")).collect()));
     let body = json!({"event_key": "e1", "recipients": ["a", "b", "c"], "body": "hello", "ttl_seconds": 60});
     let answer = send(mocks.state(), "POST", "/v1/events", Some(SERVICE), Some(&body.to_string())).await;
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text);
@@ -506,6 +521,7 @@ async fn inbox_words_and_in_app_only() {
         Ok(vec![
             herald_ports::InboxItem {
                 notification_id: NotificationId(2),
+                notification_ref: NotificationRef(uuid::Uuid::from_u128(2)),
                 body: "two".into(),
                 created_at: Timestamp(2000),
                 read_at: None,
@@ -522,6 +538,7 @@ async fn inbox_words_and_in_app_only() {
             },
             herald_ports::InboxItem {
                 notification_id: NotificationId(1),
+                notification_ref: NotificationRef(uuid::Uuid::from_u128(1)),
                 body: "one".into(),
                 created_at: Timestamp(1000),
                 read_at: None,
@@ -725,10 +742,19 @@ fn a_cursor_returns_the_position_it_was_made_from_and_only_on_its_own_list() {
     use super::model::{cursor, cursor_pattern, PageQuery};
     let page = |text: String| PageQuery { limit: None, cursor: Some(text) };
     for (at, id) in [(0, 1), (1_733_230_000_123, 42), (999_999_999_999_999, 999_999_999_999_999_999)] {
-        assert_eq!(page(cursor("inbox", at, id)).position("inbox").unwrap(), Some((at, id)));
         assert_eq!(page(cursor("review", at, id)).position("review").unwrap(), Some((at, id)));
-        assert!(page(cursor("inbox", at, id)).position("review").is_err(), "an inbox cursor is not a review cursor");
+        assert!(page(cursor("review", at, id)).inbox_position().is_err(), "a review cursor is not an inbox cursor");
+        // The inbox's cursor names its notification by the opaque id, never by the serial.
+        let notification = NotificationRef(uuid::Uuid::from_u128(u128::from(id.unsigned_abs()) << 64 | 0xabc));
+        let inbox = cursor("inbox", at, notification);
+        assert_eq!(page(inbox.clone()).inbox_position().unwrap(), Some((at, notification)));
+        assert!(!inbox.ends_with(&format!(".{id}")), "{inbox}");
+        assert!(page(inbox).position("review").is_err(), "an inbox cursor is not a review cursor");
+        assert!(page(cursor("inbox", at, id)).inbox_position().is_err(), "a serial is no inbox position");
     }
-    assert_eq!(cursor_pattern("inbox"), r"^i[0-9]{1,15}\.[0-9]{1,18}$");
+    assert_eq!(
+        cursor_pattern("inbox"),
+        r"^i[0-9]{1,15}\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+    );
     assert_eq!(cursor_pattern("review"), r"^r[0-9]{1,15}\.[0-9]{1,18}$");
 }

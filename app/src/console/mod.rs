@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use herald_domain::resolve::FinalState;
-use herald_domain::{ChannelName, EventKey, Millis, NotificationId, TaskId, Timestamp, UserId};
+use herald_domain::{ChannelName, EventKey, Millis, NotificationRef, TaskId, Timestamp, UserId};
 use herald_ports::{InboxCursor, MarkRead, ResolveError};
 use maud::Markup;
 use serde::Deserialize;
@@ -454,10 +454,7 @@ async fn log(ctx: Ctx, State(state): State<ApiState>, Query(f): Query<LogQueryFo
     let w = ctx.w();
     let (q, user, event) = (f.q.trim(), f.user.trim(), f.event.trim());
     let query = if !q.is_empty() {
-        Some(
-            q.parse::<i64>()
-                .map_or_else(|_| LogQuery::Reference(q.to_owned()), |id| LogQuery::NotificationId(NotificationId(id))),
-        )
+        Some(NotificationRef::parse(q).map_or_else(|| LogQuery::Reference(q.to_owned()), LogQuery::NotificationRef))
     } else if !user.is_empty() && !event.is_empty() {
         Some(LogQuery::Event(UserId::new(user), EventKey::new(event)))
     } else if !user.is_empty() {
@@ -468,7 +465,7 @@ async fn log(ctx: Ctx, State(state): State<ApiState>, Query(f): Query<LogQueryFo
     let form = pages::log_form(w, q, user, event);
     let Some(query) = query else { return ctx.page(StatusCode::OK, w.log_title, None, form) };
     match usecases::find_notification(&state.services(), &query).await {
-        Ok(Some(view)) => see_other(&format!("/console/notifications/{}", view.notification_id)),
+        Ok(Some(view)) => see_other(&format!("/console/notifications/{}", view.notification_ref)),
         Ok(None) => ctx.page(StatusCode::NOT_FOUND, w.log_title, Some(Flash::Info(w.log_nothing.to_owned())), form),
         Err(_) => ctx.store_down(),
     }
@@ -485,14 +482,15 @@ fn encode_path(segment: &str) -> String {
         .collect()
 }
 
-async fn notification(ctx: Ctx, State(state): State<ApiState>, Path(id): Path<i64>) -> Response {
+async fn notification(ctx: Ctx, State(state): State<ApiState>, Path(id): Path<String>) -> Response {
     if let Err(r) = ctx.operator() {
         return r;
     }
     let w = ctx.w();
-    match usecases::find_notification(&state.services(), &LogQuery::NotificationId(NotificationId(id))).await {
+    let Some(id) = NotificationRef::parse(&id) else { return ctx.message(StatusCode::NOT_FOUND, w.not_found) };
+    match usecases::find_notification(&state.services(), &LogQuery::NotificationRef(id)).await {
         Ok(Some(view)) => {
-            let title = format!("{} {}", w.notification_title, view.notification_id);
+            let title = format!("{} {}", w.notification_title, view.notification_ref);
             ctx.page(StatusCode::OK, &title, None, pages::notification(w, &view))
         }
         Ok(None) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
@@ -503,7 +501,8 @@ async fn notification(ctx: Ctx, State(state): State<ApiState>, Path(id): Path<i6
 #[derive(Deserialize, Default)]
 struct PageQuery {
     before_at: Option<i64>,
-    before_id: Option<i64>,
+    /// The opaque id of the last notification of the previous page.
+    before: Option<String>,
     #[serde(default)]
     notice: Option<String>,
 }
@@ -519,14 +518,14 @@ async fn inbox_response(
 ) -> Response {
     let cursor = q
         .before_at
-        .zip(q.before_id)
-        .map(|(at, id)| InboxCursor { created_at: Timestamp(at), notification_id: NotificationId(id) });
+        .zip(q.before.as_deref().and_then(NotificationRef::parse))
+        .map(|(at, notification)| InboxCursor { created_at: Timestamp(at), notification });
     let Ok(mut items) = usecases::inbox_page(&state.services(), user, cursor, PAGE_SIZE + 1).await else {
         return ctx.store_down();
     };
     let next = if items.len() > PAGE_SIZE as usize {
         items.truncate(PAGE_SIZE as usize);
-        items.last().map(|l| format!("{base}?before_at={}&before_id={}", l.created_at.as_millis(), l.notification_id.0))
+        items.last().map(|l| format!("{base}?before_at={}&before={}", l.created_at.as_millis(), l.notification_ref))
     } else {
         None
     };
@@ -560,7 +559,7 @@ async fn my_inbox(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<PageQ
 async fn mark_read(
     ctx: Ctx,
     State(state): State<ApiState>,
-    Path(id): Path<i64>,
+    Path(id): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Response {
     let user = match ctx.user() {
@@ -570,7 +569,8 @@ async fn mark_read(
     if let Err(refused) = ctx.check_csrf(&form.csrf) {
         return refused;
     }
-    match usecases::mark_read(&state.services(), &user, NotificationId(id)).await {
+    let Some(id) = NotificationRef::parse(&id) else { return ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found) };
+    match usecases::mark_read(&state.services(), &user, id).await {
         Ok(MarkRead::Marked(_) | MarkRead::AlreadyRead(_)) => see_other(&format!("/console/me/inbox#n-{id}")),
         Ok(MarkRead::NotFound) => ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found),
         Err(_) => ctx.store_down(),

@@ -244,7 +244,7 @@ pub fn review(
             section.task #{"task-" (id)} aria-labelledby={"task-" (id) "-h"} {
                 h2 #{"task-" (id) "-h"} { (w.task) " " (id) " · " (task.channel) " · " (w.user) " " (task.user_id) }
                 dl {
-                    dt { (w.notification) } dd { a href={"/console/notifications/" (task.notification_id)} { (task.notification_id) } }
+                    dt { (w.notification) } dd { a href={"/console/notifications/" (task.notification_ref)} { (task.notification_ref) } }
                     dt { (w.reference) } dd { code { (task.reference) } }
                     dt { (w.parked_since) } dd { time datetime=(rfc3339(*parked_at)) { (rfc3339(*parked_at)) } }
                     dt { (w.attempts_spent) } dd { (task.attempt_count) }
@@ -345,7 +345,7 @@ pub fn inbox(w: &Words, session: Option<&Session>, items: &[InboxItem], next: Op
         @if items.is_empty() { p { (w.inbox_empty) } }
         ol.inbox {
             @for item in items {
-                li.item.unread[item.read_at.is_none()] #{"n-" (item.notification_id)} {
+                li.item.unread[item.read_at.is_none()] #{"n-" (item.notification_ref)} {
                     p.body { (item.body) }
                     p.meta {
                         time datetime=(rfc3339(item.created_at)) { (rfc3339(item.created_at)) }
@@ -359,9 +359,9 @@ pub fn inbox(w: &Words, session: Option<&Session>, items: &[InboxItem], next: Op
                         }
                     }
                     @if let (Some(session), None) = (session, item.read_at) {
-                        form.inline method="post" action={"/console/me/inbox/" (item.notification_id) "/read"} {
+                        form.inline method="post" action={"/console/me/inbox/" (item.notification_ref) "/read"} {
                             (csrf(session))
-                            button type="submit" aria-label={(w.mark_read) " " (item.notification_id)} { (w.mark_read) }
+                            button type="submit" aria-label={(w.mark_read) " " (item.notification_ref)} { (w.mark_read) }
                         }
                     }
                 }

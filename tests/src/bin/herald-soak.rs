@@ -500,11 +500,12 @@ impl Mix {
     }
 }
 
-/// One (user, event key) the driver submitted, and every notification id an answer named for it.
+/// One (user, event key) the driver submitted, and every notification id an answer named for it (the
+/// API's opaque ids).
 #[derive(Debug)]
 struct Submitted {
     mix: Mix,
-    answered: Vec<i64>,
+    answered: Vec<String>,
     /// Submits of it that got no answer and were repeated.
     retries: u64,
 }
@@ -607,7 +608,7 @@ impl Submitter {
         matches!(answer, Some((200..=299, _)))
     }
 
-    fn record(&self, user: &str, event_key: &str, mix: Mix, id: Option<i64>, retries: u64) {
+    fn record(&self, user: &str, event_key: &str, mix: Mix, id: Option<String>, retries: u64) {
         let mut submitted = self.ledger.submitted.lock().expect("lock");
         let entry = submitted.entry((user.to_owned(), event_key.to_owned())).or_insert(Submitted {
             mix,
@@ -639,7 +640,7 @@ impl Submitter {
             )
             .await;
         let id = match answer {
-            Some((200 | 201, value)) => value["notification_id"].as_i64(),
+            Some((200 | 201, value)) => value["notification_id"].as_str().map(str::to_owned),
             Some(_) => {
                 self.ledger.rejected_4xx.fetch_add(1, Ordering::Relaxed);
                 None
@@ -671,7 +672,7 @@ impl Submitter {
                 for entry in value["notifications"].as_array().into_iter().flatten() {
                     let user = entry["user_id"].as_str().unwrap_or_default();
                     // Each entry is the recipient's user id with the notification's fields beside it.
-                    let id = entry["notification_id"].as_i64();
+                    let id = entry["notification_id"].as_str().map(str::to_owned);
                     self.record(user, event_key, Mix::Event, id, retries);
                 }
             }
@@ -1137,14 +1138,23 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
     let destinations = ledger.destinations.lock().expect("lock").clone();
 
     // Herald's records from the database: inbox rows, digest membership, every task.
-    let inbox: HashSet<i64> =
-        sqlx::query_scalar("SELECT notification_id FROM inbox_item").fetch_all(pool).await?.into_iter().collect();
-    let members: HashSet<(i64, String)> = sqlx::query("SELECT notification_id, channel FROM digest_member")
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(|r| (r.get::<i64, _>(0), r.get::<String, _>(1)))
-        .collect();
+    // Keyed by the notifications' opaque ids, the only ids the API answers with.
+    let inbox: HashSet<String> = sqlx::query_scalar(
+        "SELECT n.public_id::text FROM inbox_item i JOIN notification n ON n.user_id = i.user_id AND n.id = i.notification_id",
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .collect();
+    let members: HashSet<(String, String)> = sqlx::query(
+        "SELECT n.public_id::text, m.channel FROM digest_member m \
+         JOIN notification n ON n.user_id = m.user_id AND n.id = m.notification_id",
+    )
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
+    .collect();
     let per_key: Vec<(String, String, i64)> =
         sqlx::query("SELECT user_id, event_key, count(*) FROM notification GROUP BY 1, 2 HAVING count(*) > 1")
             .fetch_all(pool)
@@ -1194,9 +1204,9 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
     .collect();
 
     // Herald's API: every answered notification's view, and the review list.
-    let mut views: HashMap<i64, Value> = HashMap::new();
-    let ids: Vec<i64> = {
-        let mut ids: Vec<i64> = submitted.iter().flat_map(|(_, s)| s.answered.iter().copied()).collect();
+    let mut views: HashMap<String, Value> = HashMap::new();
+    let ids: Vec<String> = {
+        let mut ids: Vec<String> = submitted.iter().flat_map(|(_, s)| s.answered.iter().cloned()).collect();
         ids.sort_unstable();
         ids.dedup();
         ids
@@ -1205,7 +1215,7 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
     for chunk in ids.chunks(16) {
         let fetches = chunk.iter().map(|id| async move {
             let path = format!("/v1/notifications/{id}");
-            (*id, api.until_answered(ledger, reqwest::Method::GET, &path, &api.admin, None, deadline).await.0)
+            (id.clone(), api.until_answered(ledger, reqwest::Method::GET, &path, &api.admin, None, deadline).await.0)
         });
         for (id, answer) in futures::future::join_all(fetches).await {
             if let Some((200, value)) = answer {
@@ -1237,6 +1247,9 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
                 .push(format!("answers named notifications {distinct:?} for one (user, event key)"));
         }
         for id in distinct {
+            if herald_domain::NotificationRef::parse(&id).is_none() {
+                report.lost.push(format!("notification {id}: the answer's id is not an opaque id"));
+            }
             let Some(view) = views.get(&id) else {
                 report.lost.push(format!("notification {id}: no view (GET /v1/notifications/{id})"));
                 continue;
@@ -1250,7 +1263,7 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
             let view_tasks = view["tasks"].as_array().cloned().unwrap_or_default();
             for channel in s.mix.channels() {
                 let has_task = view_tasks.iter().any(|t| t["channel"].as_str() == Some(channel));
-                if !has_task && !members.contains(&(id, (*channel).to_owned())) {
+                if !has_task && !members.contains(&(id.clone(), (*channel).to_owned())) {
                     report.lost.push(format!("notification {id}: no {channel} task and no digest membership"));
                 }
             }

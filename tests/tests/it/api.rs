@@ -67,7 +67,7 @@ async fn submit_creates_once_and_a_duplicate_returns_the_existing_tasks() {
     assert!(first.headers.get("x-request-id").is_some(), "every answer carries a request id");
     let doc = first.ok(StatusCode::CREATED);
     assert_eq!(doc["created"], true);
-    let id = doc["notification_id"].as_i64().expect("notification_id");
+    let id = doc["notification_id"].as_str().map(str::to_owned).expect("notification_id");
     let tasks = doc["tasks"].as_array().unwrap();
     let channels: Vec<&str> = tasks.iter().map(|t| t["channel"].as_str().unwrap()).collect();
     assert_eq!(channels, ["push", "sms"]);
@@ -132,7 +132,7 @@ async fn notification_view_has_the_spec_fields_and_attempts_oldest_first() {
     let (world, api) = setup().await;
     world.user("u1", &["push"]).await.unwrap();
     let created = api.post("/v1/notifications", SVC, &submission("u1", "ord-2")).await.ok(StatusCode::CREATED);
-    let id = created["notification_id"].as_i64().unwrap();
+    let id = created["notification_id"].as_str().map(str::to_owned).unwrap();
     world.push.script(Script::status(503));
     let worker = world.worker("api-w", 60_000);
     worker.run_once().await.unwrap();
@@ -143,7 +143,10 @@ async fn notification_view_has_the_spec_fields_and_attempts_oldest_first() {
     for field in ["notification_id", "user_id", "event_key", "created_at", "expires_at", "tasks"] {
         assert!(doc.get(field).is_some(), "missing {field}: {doc}");
     }
-    assert_eq!((doc["notification_id"].as_i64(), doc["user_id"].as_str()), (Some(id), Some("u1")));
+    assert_eq!(
+        (doc["notification_id"].as_str().map(str::to_owned), doc["user_id"].as_str()),
+        (Some(id.clone()), Some("u1"))
+    );
     assert_eq!(doc["event_key"], "ord-2");
     let task = &doc["tasks"][0];
     for field in ["task_id", "channel", "state", "needs_review", "attempt_count", "provider_msg_id", "attempts"] {
@@ -177,6 +180,18 @@ async fn notification_view_has_the_spec_fields_and_attempts_oldest_first() {
     assert_eq!(not_yours, missing, "not yours reads exactly as missing");
     let _ = api.get("/v1/notifications/987654321", SVC).await.problem(StatusCode::NOT_FOUND);
     let _ = api.get("/v1/notifications/not-a-number", SVC).await.problem(StatusCode::NOT_FOUND);
+
+    // The id an answer shows is opaque: not the serial key, nothing to count through. The serial, or a
+    // well-formed guess, is a 404 like any missing one — for a service token too.
+    let serial = world.notification_id(&id).await.expect("the notification").0;
+    assert!(herald_domain::NotificationRef::parse(&id).is_some(), "an opaque id: {id}");
+    assert_ne!(id, serial.to_string(), "the answer never shows the serial");
+    assert!(!doc.to_string().contains(&format!("\"notification_id\":{serial}")), "{doc}");
+    let by_serial = api.get(&format!("/v1/notifications/{serial}"), SVC).await.problem(StatusCode::NOT_FOUND);
+    let guessed = format!("/v1/notifications/{}", uuid::Uuid::new_v4());
+    assert_eq!(api.get(&guessed, SVC).await.problem(StatusCode::NOT_FOUND), by_serial);
+    let _ = api.get(&guessed, Some(&api.user_token("u1"))).await.problem(StatusCode::NOT_FOUND);
+    let _ = api.get(&format!("/v1/notifications/{}", id.to_uppercase()), SVC).await.problem(StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
@@ -273,7 +288,7 @@ async fn a_destination_is_stored_encrypted_and_never_answered() {
     .await;
 }
 
-fn item(inbox: &Value, notification: i64) -> &Value {
+fn item<'a>(inbox: &'a Value, notification: &str) -> &'a Value {
     inbox["items"]
         .as_array()
         .unwrap()
@@ -331,28 +346,32 @@ async fn inbox_words_follow_the_task_states() {
 
     let answer = api.get("/v1/users/w/inbox", Some(&token)).await;
     let inbox = answer.ok(StatusCode::OK);
-    let id = |doc: &Value| doc["notification_id"].as_i64().unwrap();
+    let id = |doc: &Value| doc["notification_id"].as_str().map(str::to_owned).unwrap();
     assert_eq!(
-        words(item(&inbox, id(&n1))),
+        words(item(&inbox, &id(&n1))),
         [
             pair("miao", "outcome unknown — under review"),
             pair("push", "accepted by channel"),
             pair("sms", "not sent: channel off")
         ]
     );
-    assert_eq!(words(item(&inbox, id(&n2))), [pair("miao", "expired"), pair("push", "expired")]);
-    assert_eq!(words(item(&inbox, id(&n3))), [pair("push", "failed")]);
-    assert_eq!(words(item(&inbox, id(&n4))), [pair("push", "waiting to retry")]);
-    assert_eq!(words(item(&inbox, id(&n5))), [pair("push", "sending")]);
+    assert_eq!(words(item(&inbox, &id(&n2))), [pair("miao", "expired"), pair("push", "expired")]);
+    assert_eq!(words(item(&inbox, &id(&n3))), [pair("push", "failed")]);
+    assert_eq!(words(item(&inbox, &id(&n4))), [pair("push", "waiting to retry")]);
+    assert_eq!(words(item(&inbox, &id(&n5))), [pair("push", "sending")]);
     let states: Vec<&str> =
-        item(&inbox, id(&n1))["channels"].as_array().unwrap().iter().map(|c| c["state"].as_str().unwrap()).collect();
+        item(&inbox, &id(&n1))["channels"].as_array().unwrap().iter().map(|c| c["state"].as_str().unwrap()).collect();
     assert_eq!(states, ["UNKNOWN", "SENT", "SUPPRESSED"]);
     assert!(inbox["items"].as_array().unwrap().iter().all(|i| i["status_text"].is_null()), "none is in-app only");
     assert!(!answer.text.contains("delivered"), "SENT is never called delivered");
 
     // Newest first.
-    let order: Vec<i64> =
-        inbox["items"].as_array().unwrap().iter().map(|i| i["notification_id"].as_i64().unwrap()).collect();
+    let order: Vec<String> = inbox["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["notification_id"].as_str().map(str::to_owned).unwrap())
+        .collect();
     assert_eq!(order, [id(&n5), id(&n4), id(&n3), id(&n2), id(&n1)]);
     let limited = api.get("/v1/users/w/inbox?limit=2", Some(&token)).await.ok(StatusCode::OK);
     assert_eq!(limited["items"].as_array().unwrap().len(), 2);
@@ -396,7 +415,11 @@ async fn review_lists_parked_tasks_and_resolve_settles_once() {
         (Some(task), Some("p1"), Some("miao"))
     );
     assert_eq!((t["state"].as_str(), t["needs_review"].as_bool()), (Some("UNKNOWN"), Some(true)));
-    assert!(t["notification_id"].as_i64().is_some() && t["attempts"].as_array().is_some_and(|a| !a.is_empty()), "{t}");
+    assert!(
+        t["notification_id"].as_str().map(str::to_owned).is_some()
+            && t["attempts"].as_array().is_some_and(|a| !a.is_empty()),
+        "{t}"
+    );
     assert!(!review.to_string().contains(&World::destination("p1", "miao")), "no destination in the review list");
 
     let path = format!("/v1/tasks/{task}/resolve");
@@ -741,7 +764,7 @@ async fn fifty_parallel_identical_submits_make_one_notification() {
                 doc
             }
         };
-        ids.insert(doc["notification_id"].as_i64().unwrap());
+        ids.insert(doc["notification_id"].as_str().map(str::to_owned).unwrap());
         task_sets.insert(task_ids(&doc));
     }
     assert_eq!(created, 1, "exactly one 201");

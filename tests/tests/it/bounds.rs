@@ -197,7 +197,7 @@ async fn answers_with_user_data_are_not_stored_by_caches() {
     world.user("c", &["push"]).await.expect("user");
     let token = api.user_token("c");
     let created = api.post("/v1/notifications", SVC, &submission("c", "ord-1")).await;
-    let id = created.ok(StatusCode::CREATED)["notification_id"].as_i64().expect("id");
+    let id = created.ok(StatusCode::CREATED)["notification_id"].as_str().map(str::to_owned).expect("id");
     let answers = [
         created,
         api.get(&format!("/v1/notifications/{id}"), SVC).await,
@@ -211,8 +211,14 @@ async fn answers_with_user_data_are_not_stored_by_caches() {
     }
 }
 
-fn ids(items: &Value, member: &str, id: &str) -> Vec<i64> {
-    items[member].as_array().expect("a list").iter().map(|i| i[id].as_i64().expect("an id")).collect()
+/// The ids of a page: task ids (numbers) or notification ids (opaque strings), as text.
+fn ids(items: &Value, member: &str, id: &str) -> Vec<String> {
+    items[member]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|i| i[id].as_i64().map(|n| n.to_string()).or_else(|| i[id].as_str().map(str::to_owned)).expect("an id"))
+        .collect()
 }
 
 #[tokio::test]

@@ -32,7 +32,7 @@ async fn the_demo_mix_ends_as_its_scenario_table_says() {
     assert_eq!(s.duplicates, (scenario::DUPLICATES + scenario::FAN_OUT) as u64);
     assert_eq!(s.duplicates_same_id, s.duplicates);
     assert_eq!(s.fan_out_repeat, (200, 0));
-    assert_eq!(s.in_app.map(|(_, tasks)| tasks), Some(0), "the in-app-only user has no task");
+    assert_eq!(s.in_app.as_ref().map(|(_, tasks)| *tasks), Some(0), "the in-app-only user has no task");
     assert_eq!(s.invalid_status, 422);
     assert_eq!(report.task_rows, s.tasks);
 

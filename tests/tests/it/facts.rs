@@ -32,9 +32,9 @@ fn notification_of<'a>(answer: &'a Value, user: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no notification for {user}: {answer}"))
 }
 
-fn ids(notification: &Value) -> (herald_domain::NotificationId, Option<herald_domain::TaskId>) {
+async fn ids(world: &World, notification: &Value) -> (herald_domain::NotificationId, Option<herald_domain::TaskId>) {
     (
-        herald_domain::NotificationId(notification["notification_id"].as_i64().expect("id")),
+        world.notification_id(notification["notification_id"].as_str().expect("id")).await.expect("the notification"),
         notification["tasks"][0]["task_id"].as_i64().map(herald_domain::TaskId),
     )
 }
@@ -77,8 +77,11 @@ async fn one_failing_or_down_recipient_never_hurts_another() {
     let first = worker.run_once().await.expect("first cycle");
     assert_eq!(world.miao.requests(), 1, "one Miaotixing call per interval: {first:?}");
     assert!(first.iter().any(|r| matches!(r, Report::Deferred(_))), "the other recipient waits: {first:?}");
-    let (a, b, d) =
-        (ids(notification_of(&answer, "a")), ids(notification_of(&answer, "b")), ids(notification_of(&answer, "d")));
+    let (a, b, d) = (
+        ids(&world, notification_of(&answer, "a")).await,
+        ids(&world, notification_of(&answer, "b")).await,
+        ids(&world, notification_of(&answer, "d")).await,
+    );
     let view = |(n, t): (herald_domain::NotificationId, Option<herald_domain::TaskId>)| {
         let world = &world;
         async move { world.task(n, t.expect("a task")).await.expect("view") }

@@ -9,6 +9,7 @@ mod demo;
 mod digest;
 mod egress;
 mod email;
+mod events;
 mod example_config;
 mod facts;
 mod idempotency;

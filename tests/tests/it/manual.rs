@@ -23,13 +23,13 @@ async fn drain(world: &World) {
 
 /// A Miaotixing notification whose connection breaks after the stand-in accepted: parked (neither key nor
 /// query). Returns (notification id, task id).
-async fn parked(world: &World, api: &Api, user: &str, key: &str) -> (i64, i64) {
+async fn parked(world: &World, api: &Api, user: &str, key: &str) -> (String, i64) {
     world.user(user, &["miao"]).await.unwrap();
     let body = json!({"user_id": user, "event_key": key, "body": format!("order {key}"), "ttl_seconds": 3600});
     let created = api.post("/v1/notifications", SVC, &body).await.ok(StatusCode::CREATED);
     world.miao.script(Script::DropAfterAccept);
     drain(world).await;
-    (created["notification_id"].as_i64().unwrap(), created["tasks"][0]["task_id"].as_i64().unwrap())
+    (created["notification_id"].as_str().map(str::to_owned).unwrap(), created["tasks"][0]["task_id"].as_i64().unwrap())
 }
 
 fn task_of(view: &Value) -> &Value {
@@ -149,7 +149,7 @@ async fn mark_as_read_sets_read_at_once_and_repeating_changes_nothing() {
     world.user("reader", &[]).await.unwrap();
     let body = json!({"user_id": "reader", "event_key": "k1", "body": "hello", "ttl_seconds": 3600});
     let created = api.post("/v1/notifications", SVC, &body).await.ok(StatusCode::CREATED);
-    let id = created["notification_id"].as_i64().unwrap();
+    let id = created["notification_id"].as_str().map(str::to_owned).unwrap();
     let token = api.user_token("reader");
     let path = format!("/v1/users/reader/inbox/{id}/read");
 
@@ -157,7 +157,10 @@ async fn mark_as_read_sets_read_at_once_and_repeating_changes_nothing() {
     assert_eq!(inbox["items"][0]["read_at"], Value::Null);
 
     let first = api.call(reqwest::Method::POST, &path, Some(&token), None).await.ok(StatusCode::OK);
-    assert_eq!((first["notification_id"].as_i64(), first["changed"].as_bool()), (Some(id), Some(true)));
+    assert_eq!(
+        (first["notification_id"].as_str().map(str::to_owned), first["changed"].as_bool()),
+        (Some(id.clone()), Some(true))
+    );
     let read_at = first["read_at"].as_str().unwrap().to_owned();
     world.advance(5_000);
     let second = api.call(reqwest::Method::POST, &path, Some(&token), None).await.ok(StatusCode::OK);
@@ -176,6 +179,12 @@ async fn mark_as_read_sets_read_at_once_and_repeating_changes_nothing() {
         .problem(StatusCode::NOT_FOUND);
     let _ = api
         .call(reqwest::Method::POST, &format!("/v1/users/someone-else/inbox/{id}/read"), ADMIN, None)
+        .await
+        .problem(StatusCode::NOT_FOUND);
+    // The serial key of the reader's own item names nothing: only the opaque id does.
+    let serial = world.notification_id(&id).await.unwrap().0;
+    let _ = api
+        .call(reqwest::Method::POST, &format!("/v1/users/reader/inbox/{serial}/read"), Some(&token), None)
         .await
         .problem(StatusCode::NOT_FOUND);
 }
@@ -245,7 +254,7 @@ async fn the_console_read_models_page_filter_and_find() {
     let many = UserId::new("many");
     let first = store.inbox_page(&many, None, 3).await.expect("page 1");
     let last = first.last().expect("three");
-    let cursor = InboxCursor { created_at: last.created_at, notification_id: last.notification_id };
+    let cursor = InboxCursor { created_at: last.created_at, notification: last.notification_ref };
     let second = store.inbox_page(&many, Some(cursor), 3).await.expect("page 2");
     let bodies: Vec<&str> = first.iter().chain(&second).map(|i| i.body.as_str()).collect();
     assert_eq!(bodies, ["m4", "m3", "m2", "m1", "m0"]);
@@ -264,7 +273,18 @@ async fn every_console_query_is_served_by_an_index() {
     let plans: Vec<(&str, &str, Vec<String>)> = vec![
         ("inbox page", "inbox_item_newest", {
             let q = format!("EXPLAIN {}", herald_postgres::INBOX_PAGE);
-            sqlx::query_scalar(&q).bind("u").bind(20_i64).bind(at).bind(5_i64).fetch_all(&mut conn).await.expect("plan")
+            sqlx::query_scalar(&q)
+                .bind("u")
+                .bind(20_i64)
+                .bind(at)
+                .bind(uuid::Uuid::new_v4())
+                .fetch_all(&mut conn)
+                .await
+                .expect("plan")
+        }),
+        ("by opaque id", "notification_public_id", {
+            let q = format!("EXPLAIN {}", herald_postgres::NOTIFICATION_BY_REF);
+            sqlx::query_scalar(&q).bind(uuid::Uuid::new_v4()).fetch_all(&mut conn).await.expect("plan")
         }),
         ("parked page", "delivery_task_parked_by_channel", {
             let q = format!("EXPLAIN {}", herald_postgres::PARKED_PAGE);
