@@ -316,6 +316,10 @@ pub(crate) async fn create_many(
     // Positions of `news` in user order.
     let mut order: Vec<usize> = (0..news.len()).collect();
     order.sort_by(|a, b| news[*a].user_id.cmp(&news[*b].user_id));
+    if order.windows(2).any(|w| news[w[0]].user_id == news[w[1]].user_id) {
+        // The answers are matched to recipients by user: an event names each user once (the API checks it).
+        return Err(StoreError::Unknown(anyhow::anyhow!("an event names a recipient twice")));
+    }
     let column = |f: &dyn Fn(&NewNotification) -> Option<String>| -> Vec<Option<String>> {
         order.iter().map(|&i| f(&news[i])).collect()
     };

@@ -441,9 +441,9 @@ pub trait NotificationStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Created, StoreError>;
 
-    /// SPEC §3 for every recipient of one event, in **one transaction**: each `new` as [`create`] would
-    /// store it (its own dedup, inbox item, tasks and digest decisions), the answers in the order of
-    /// `news`. When any recipient's stored submission differs from its `new`, nothing at all is written
+    /// SPEC §3 for every recipient of one event (each user once), in **one transaction**: each `new` as
+    /// [`create`] would store it (its own dedup, inbox item, tasks and digest decisions), the answers in
+    /// the order of `news`. When any recipient's stored submission differs from its `new`, nothing at all is written
     /// and the answer holds only those recipients' repeats (`differs` not empty).
     ///
     /// The default, for test doubles, calls [`create`] once per recipient (not one transaction).

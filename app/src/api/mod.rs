@@ -369,6 +369,19 @@ pub fn openapi_json(channels: &ChannelTable) -> serde_json::Value {
             }
         }
     }
+    // A submitted notification's id is where its reads start: say so as links, so that a client (or the
+    // fuzzer's stateful phase) follows the opaque id instead of guessing one.
+    let links = json!({
+        "GetNotification": {"operationId": "get_notification",
+            "parameters": {"id": "$response.body#/notification_id"}},
+        "MarkRead": {"operationId": "mark_read",
+            "parameters": {"user_id": "$request.body#/user_id", "notification_id": "$response.body#/notification_id"}},
+    });
+    for status in ["200", "201"] {
+        if let Some(response) = doc.pointer_mut(&format!("/paths/~1v1~1notifications/post/responses/{status}")) {
+            response["links"] = links.clone();
+        }
+    }
     // Every notification id an answer carries is opaque: say its form (what a client passes back).
     if let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
         for schema in schemas.values_mut() {

@@ -504,6 +504,24 @@ async fn operations_endpoints() {
     let doc = api.get("/openapi.json", None).await.ok(StatusCode::OK);
     assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")), "{doc}");
     let paths = doc["paths"].as_object().expect("paths");
+    // Notification ids are documented as opaque, and a submit links to the reads of the id it answers.
+    let opaque = json!({"type": "string", "format": "uuid", "pattern": herald_domain::ids::NOTIFICATION_REF_PATTERN});
+    let id_param = &doc["paths"]["/v1/notifications/{id}"]["get"]["parameters"][0];
+    assert_eq!(id_param["schema"], opaque, "{id_param}");
+    assert_eq!(
+        doc["components"]["schemas"]["CreatedBody"]["properties"]["notification_id"]["pattern"],
+        opaque["pattern"]
+    );
+    let operation_ids: Vec<&str> = paths
+        .values()
+        .flat_map(|item| item.as_object().into_iter().flat_map(|ops| ops.values()))
+        .filter_map(|op| op["operationId"].as_str())
+        .collect();
+    let links = doc["paths"]["/v1/notifications"]["post"]["responses"]["201"]["links"].as_object().expect("links");
+    for link in links.values() {
+        let target = link["operationId"].as_str().expect("operationId");
+        assert!(operation_ids.contains(&target), "{target} is not an operation: {operation_ids:?}");
+    }
     for path in [
         "/v1/notifications",
         "/v1/events",
