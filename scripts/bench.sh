@@ -9,6 +9,8 @@
 #   scripts/bench.sh --write      also write docs/BENCHMARKS.md (+ docs/SCALING.md with --scaling);
 #                                 without it the report goes to target/bench/BENCHMARKS.md
 #   scripts/bench.sh --debug      use the dev-profile binaries the tests built (NOT representative)
+#   scripts/bench.sh --history N  N finished tasks in the tables for the second drain (default 10000000;
+#                                 --quick: 100000)
 #
 # Needs: cargo, node and npm (Node 20), pgbench, a PostgreSQL (scripts/ensure-postgres.sh). A peer that
 # cannot be installed or run fails the run: no peer is skipped.
@@ -20,8 +22,7 @@ args=()
 for arg in "$@"; do
     case "$arg" in
         --debug) profile=debug ;;
-        --quick | --scaling | --write) args+=("$arg") ;;
-        *) echo "unknown argument: $arg (see the head of $0)" >&2; exit 2 ;;
+        *) args+=("$arg") ;; # herald-bench checks them
     esac
 done
 
@@ -35,12 +36,16 @@ export DATABASE_URL
 cargo_profile=()
 [[ $profile == release ]] && cargo_profile=(--release)
 echo "bench: building herald and herald-bench ($profile profile)"
-cargo build -q "${cargo_profile[@]}" -p herald-app --bin herald -p herald-bench --bin herald-bench
-echo "bench: building the apalis-postgres peer (bench/apalis, release)"
-cargo build -q --release --locked --manifest-path bench/apalis/Cargo.toml --target-dir target/bench-apalis
+# One package per build: built together, their dependencies' features would be unified into a third
+# variant of herald, rebuilt from scratch, instead of the one `cargo build -p herald-app` (and the tests'
+# `bins::binary`) already made.
+cargo build -q "${cargo_profile[@]}" -p herald-app --bin herald
+cargo build -q "${cargo_profile[@]}" -p herald-bench --bin herald-bench
+echo "bench: building the apalis-postgres peer (bench/apalis, $profile profile)"
+cargo build -q "${cargo_profile[@]}" --locked --manifest-path bench/apalis/Cargo.toml --target-dir target/bench-apalis
 echo "bench: installing the Node.js peers (bench/node, npm ci)"
 (cd bench/node && npm ci --no-audit --no-fund --loglevel=error </dev/null)
 
 exec "target/$profile/herald-bench" --herald "target/$profile/herald" \
-    --apalis target/bench-apalis/release/apalis-bench --profile "$profile" \
+    --apalis "target/bench-apalis/$profile/apalis-bench" --profile "$profile" \
     --command "scripts/bench.sh $*" "${args[@]}"

@@ -6,7 +6,7 @@
 //! `--scaling` the measured part of docs/SCALING.md). Figures are printed, never asserted.
 //!
 //! ```text
-//! herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] [--profile NAME]
+//! herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] [--history TASKS] [--profile NAME]
 //! ```
 
 mod herald;
@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions as _, PgPool};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
 
 use crate::herald::{Herald, Sizing};
 use crate::peers::Peers;
@@ -58,12 +58,13 @@ struct Options {
 }
 
 const USAGE: &str = "usage: herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] \
-                     [--profile NAME] [--command TEXT]";
+                     [--history TASKS] [--profile NAME] [--command TEXT]";
 
 fn options() -> anyhow::Result<Options> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mut quick, mut scaling, mut write) = (false, false, false);
     let (mut herald, mut apalis, mut profile, mut command) = (None, None, "release".to_owned(), String::new());
+    let mut history = None;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().cloned().context(USAGE);
@@ -75,12 +76,13 @@ fn options() -> anyhow::Result<Options> {
             "--apalis" => apalis = Some(PathBuf::from(value()?)),
             "--profile" => profile = value()?,
             "--command" => command = value()?,
+            "--history" => history = Some(value()?.parse().context("--history takes a number of tasks")?),
             other => bail!("unknown argument {other}\n{USAGE}"),
         }
     }
     let (Some(herald), Some(apalis)) = (herald, apalis) else { bail!(USAGE) };
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_path_buf();
-    let plan = if quick {
+    let mut plan = if quick {
         Plan {
             quick,
             scaling,
@@ -105,20 +107,23 @@ fn options() -> anyhow::Result<Options> {
             scaling,
             write,
             profile,
-            notifications: 25_000,
+            notifications: 20_000,
             processes: 2,
             history: 10_000_000,
             submit_clients: 32,
             submit_secs: 15.0,
             latency_secs: 20.0,
             in_flight: 1_000,
-            pgbench_tasks: 400_000,
+            pgbench_tasks: 250_000,
             pgbench_secs: 20,
             pgbench_clients: 4,
-            limited: 3_000,
+            limited: 10_000,
             command,
         }
     };
+    if let Some(history) = history {
+        plan.history = history;
+    }
     Ok(Options { plan, herald, apalis, root })
 }
 
@@ -130,10 +135,11 @@ fn say(text: impl AsRef<str>) {
 async fn database(admin: &PgPool, admin_url: &str, name: &str) -> anyhow::Result<(String, PgPool)> {
     sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(admin).await?;
     sqlx::query(&format!("CREATE DATABASE {name}")).execute(admin).await?;
-    let options: PgConnectOptions = admin_url.parse()?;
-    let options = options.database(name);
-    let url = options.to_url_lossy().to_string();
-    let pool = PgPoolOptions::new().max_connections(4).connect_with(options).await?;
+    // The peers (node-postgres, pgbench) get the server's URL with only the database changed.
+    let mut url = reqwest::Url::parse(admin_url)?;
+    url.set_path(&format!("/{name}"));
+    let url = url.to_string();
+    let pool = PgPoolOptions::new().max_connections(4).connect(&url).await?;
     Ok((url, pool))
 }
 
@@ -271,21 +277,22 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
     let rate = 0.5 * submit.min(d.rate() / 2.0);
     let l = herald.latency(rate, plan.latency_secs, sizing).await?;
     say(format!(
-        "Herald latency submit → call at {:.0} notifications/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} calls)",
-        l.rate, l.p50, l.p99, l.max, l.calls
+        "Herald latency submit → call at {:.0} notifications/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} calls, {} \
+         submissions refused with 503/429 and tried again)",
+        l.rate, l.p50, l.p99, l.max, l.calls, l.refused
     ));
     figures.latency = Some(l);
 
     if plan.scaling {
         for processes in [1, 2, 4, 8] {
             let s = Sizing::for_processes(processes);
-            let d = herald.drain(plan.notifications, s).await?;
+            let d = herald.drain(plan.notifications / 2, s).await?;
             say(format!("scaling: {}: {:.0} tasks/s", s.describe(), d.rate()));
             figures.scaling.push((s, d));
         }
         for processes in [1, 4] {
             let s = Sizing::for_processes(processes);
-            let d = herald.limited(plan.limited, s).await?;
+            let d = herald.limited(plan.limited, s, std::time::Duration::from_secs(8)).await?;
             say(format!(
                 "scaling: one channel at a 1 ms interval (+1 ms guard), {}: {:.0} calls/s",
                 s.describe(),

@@ -174,10 +174,11 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
     if let Some(l) = f.latency {
         let _ = writeln!(
             t,
-            "| Herald latency submit → call at the stand-in, at {} notifications/s (half the peak) | p50 {:.1} ms, p99 {:.1} ms | — |",
+            "| Herald latency submit → call at the stand-in, at {} notifications/s (half the peak) | p50 {:.1} ms, p99 {:.1} ms{} | — |",
             thousands(l.rate),
             l.p50,
-            l.p99
+            l.p99,
+            if l.refused > 0 { format!(" ({} submissions answered 503 and retried)", l.refused) } else { String::new() }
         );
     }
     if let Some(r) = f.rss {
@@ -193,7 +194,13 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
     let one = f.scaling.first().map(|(_, d)| d.rate());
     for (s, d) in &f.scaling {
         let r = one.map_or("—".into(), |o| format!("÷ 1 process: {}", ratio(d.rate(), o)));
-        let _ = writeln!(t, "| Scaling: {} | {} deliveries/s | {r} |", s.describe(), thousands(d.rate()));
+        let _ = writeln!(
+            t,
+            "| Scaling ({} notifications × 2): {} | {} deliveries/s | {r} |",
+            thousands(plan.notifications as f64 / 2.0),
+            s.describe(),
+            thousands(d.rate())
+        );
     }
     for (s, d) in &f.limited {
         let _ = writeln!(
@@ -278,7 +285,7 @@ fn commands(plan: &Plan) -> String {
          ```sh\n\
          node bench/node/graphile.mjs URL JOBS 32 500     # concurrency 32, local queue 500, completeJobBatchDelay 0\n\
          node bench/node/pgboss.mjs URL JOBS 4 500        # 4 work() loops, batchSize 500, polling 0.5 s\n\
-         target/bench-apalis/release/apalis-bench URL JOBS 100 64\n\
+         target/bench-apalis/{profile}/apalis-bench URL JOBS 100 64\n\
          pgbench -n -M prepared -j 2 -c {clients} -T {secs} -D batch=32 -f bench/pgbench/claim_finish.sql URL\n\
          ```\n",
         profile = plan.profile,
