@@ -1,0 +1,46 @@
+-- Herald's own statements for one batch, as pgbench runs them (scripts/bench.sh: the database's limit
+-- for this shape of work). Mirrors adapters-postgres/src/claim.rs (CLAIM_QUERY, then WRITE_DECISIONS in
+-- the same transaction) and a batched fenced finish (one UPDATE … FROM unnest for the tasks and one for
+-- the attempts), every decision being "send now" and every call accepted. Run with -M prepared and
+-- -D batch=N. Each statement is one round trip, as for the worker.
+BEGIN;
+WITH picked AS MATERIALIZED (
+    SELECT t.user_id, t.id FROM delivery_task t
+    WHERE t.next_attempt_at <= now() AND t.channel = ANY('{push,sms}'::text[])
+      AND (t.state <> 'SENDING' OR t.lease_until < now())
+    ORDER BY t.next_attempt_at, t.id
+    LIMIT :batch
+    FOR NO KEY UPDATE OF t SKIP LOCKED),
+  claimed AS (
+    SELECT t.user_id, t.id, t.state, t.attempt_count, t.max_attempts, t.reference::text AS reference, n.body,
+           COALESCE(t.expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled,
+           p.destination
+    FROM picked k
+    JOIN delivery_task t ON t.user_id = k.user_id AND t.id = k.id
+    JOIN notification n ON n.user_id = t.user_id AND n.id = t.notification_id
+    LEFT JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel)
+SELECT COALESCE(array_agg(user_id), '{}') AS users, COALESCE(array_agg(id), '{}') AS ids FROM claimed
+\gset
+WITH u AS (SELECT * FROM unnest(:users::text[], :ids::bigint[]) AS u(user_id, id)),
+  held AS (
+    UPDATE delivery_task t SET state = 'SENDING', attempt_token = gen_random_uuid(), lease_owner = 'pgbench',
+      lease_until = now() + interval '60 seconds', next_attempt_at = now() + interval '60 seconds',
+      attempt_count = t.attempt_count + 1, last_attempt_no = t.last_attempt_no + 1, updated_at = now()
+    FROM u WHERE t.user_id = u.user_id AND t.id = u.id
+    RETURNING t.user_id, t.id, t.attempt_token, t.last_attempt_no),
+  attempts AS (
+    INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, action, lease_owner, started_at)
+    SELECT user_id, id, last_attempt_no, attempt_token, 'SEND', 'pgbench', now() FROM held)
+SELECT COALESCE(array_agg(user_id), '{}') AS users, COALESCE(array_agg(id), '{}') AS ids,
+       COALESCE(array_agg(attempt_token), '{}') AS tokens FROM held
+\gset
+COMMIT;
+WITH f AS (SELECT * FROM unnest(:users::text[], :ids::bigint[], :tokens::uuid[]) AS f(user_id, id, token)),
+  held AS (
+    UPDATE delivery_task t SET state = 'SENT', outcome_uncertain = false, needs_review = false,
+      next_attempt_at = NULL, uncertain_since = NULL, provider_msg_id = 'pgbench-' || t.id, last_error = NULL,
+      attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = now()
+    FROM f WHERE t.user_id = f.user_id AND t.id = f.id AND t.state = 'SENDING' AND t.attempt_token = f.token
+    RETURNING t.user_id, f.token)
+UPDATE delivery_attempt a SET outcome = 'ACCEPTED', finished_at = now()
+FROM held h WHERE a.user_id = h.user_id AND a.attempt_token = h.token;

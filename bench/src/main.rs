@@ -1,0 +1,321 @@
+//! The side-by-side benchmark (`scripts/bench.sh`): Herald end to end through its real binary (`herald
+//! serve`, K `herald worker` processes, loopback stand-ins answering at once, `synchronous_commit` on),
+//! and in the same run the peers draining no-op jobs, each against its own database on the same server:
+//! graphile-worker (batched), pg-boss, apalis-postgres, and pgbench running Herald's own claim + finish
+//! statements. Prints one table of figures and ratios; `--write` also writes docs/BENCHMARKS.md (and with
+//! `--scaling` the measured part of docs/SCALING.md). Figures are printed, never asserted.
+//!
+//! ```text
+//! herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] [--history TASKS] [--profile NAME]
+//! ```
+
+mod herald;
+mod peers;
+mod report;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::herald::{Herald, Sizing};
+use crate::peers::Peers;
+use crate::report::{Figures, Machine};
+
+/// The run's sizes.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub quick: bool,
+    pub scaling: bool,
+    pub write: bool,
+    /// The cargo profile of the binaries (`release`; `debug` in CI: not representative).
+    pub profile: String,
+    /// Notifications per drain (two tasks each: push and sms).
+    pub notifications: u64,
+    /// Worker processes of the main drains.
+    pub processes: usize,
+    /// Finished tasks in the tables for the second drain.
+    pub history: u64,
+    pub submit_clients: usize,
+    pub submit_secs: f64,
+    pub latency_secs: f64,
+    pub in_flight: u64,
+    pub pgbench_tasks: u64,
+    pub pgbench_secs: u64,
+    pub pgbench_clients: usize,
+    pub limited: u64,
+    /// The command line, as given to scripts/bench.sh.
+    pub command: String,
+}
+
+struct Options {
+    plan: Plan,
+    herald: PathBuf,
+    apalis: PathBuf,
+    root: PathBuf,
+}
+
+const USAGE: &str = "usage: herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] \
+                     [--history TASKS] [--profile NAME] [--command TEXT]";
+
+fn options() -> anyhow::Result<Options> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mut quick, mut scaling, mut write) = (false, false, false);
+    let (mut herald, mut apalis, mut profile, mut command) = (None, None, "release".to_owned(), String::new());
+    let mut history = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let mut value = || rest.next().cloned().context(USAGE);
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--scaling" => scaling = true,
+            "--write" => write = true,
+            "--herald" => herald = Some(PathBuf::from(value()?)),
+            "--apalis" => apalis = Some(PathBuf::from(value()?)),
+            "--profile" => profile = value()?,
+            "--command" => command = value()?,
+            "--history" => history = Some(value()?.parse().context("--history takes a number of tasks")?),
+            other => bail!("unknown argument {other}\n{USAGE}"),
+        }
+    }
+    let (Some(herald), Some(apalis)) = (herald, apalis) else { bail!(USAGE) };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_path_buf();
+    let mut plan = if quick {
+        Plan {
+            quick,
+            scaling,
+            write,
+            profile,
+            notifications: 2_500,
+            processes: 2,
+            history: 100_000,
+            submit_clients: 16,
+            submit_secs: 3.0,
+            latency_secs: 3.0,
+            in_flight: 1_000,
+            pgbench_tasks: 60_000,
+            pgbench_secs: 4,
+            pgbench_clients: 4,
+            limited: 500,
+            command,
+        }
+    } else {
+        Plan {
+            quick,
+            scaling,
+            write,
+            profile,
+            notifications: 20_000,
+            processes: 2,
+            history: 10_000_000,
+            submit_clients: 32,
+            submit_secs: 15.0,
+            latency_secs: 20.0,
+            in_flight: 1_000,
+            pgbench_tasks: 250_000,
+            pgbench_secs: 20,
+            pgbench_clients: 4,
+            limited: 10_000,
+            command,
+        }
+    };
+    if let Some(history) = history {
+        plan.history = history;
+    }
+    Ok(Options { plan, herald, apalis, root })
+}
+
+fn say(text: impl AsRef<str>) {
+    println!("bench: {}", text.as_ref());
+}
+
+/// A fresh database `name` on the server of `admin_url`; its URL and a pool on it.
+async fn database(admin: &PgPool, admin_url: &str, name: &str) -> anyhow::Result<(String, PgPool)> {
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(admin).await?;
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(admin).await?;
+    // The peers (node-postgres, pgbench) get the server's URL with only the database changed.
+    let mut url = reqwest::Url::parse(admin_url)?;
+    url.set_path(&format!("/{name}"));
+    let url = url.to_string();
+    let pool = PgPoolOptions::new().max_connections(4).connect(&url).await?;
+    Ok((url, pool))
+}
+
+async fn drop_database(admin: &PgPool, name: &str) {
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(admin).await;
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let Options { plan, herald: herald_bin, apalis, root } = options()?;
+    let admin_url = std::env::var("DATABASE_URL").context("DATABASE_URL (scripts/bench.sh sets it)")?;
+    let admin = PgPoolOptions::new().max_connections(2).connect(&admin_url).await?;
+    let workdir = root.join("target").join("bench");
+    std::fs::create_dir_all(&workdir)?;
+    let run_started = Instant::now();
+    let machine = Machine::read(&admin).await?;
+    say(format!(
+        "{} profile{}; {}; PostgreSQL {}",
+        plan.profile,
+        if plan.quick { ", QUICK run (small sizes)" } else { "" },
+        machine.summary(),
+        machine.postgres
+    ));
+    if plan.profile != "release" {
+        say("binaries of a non-release profile: the figures are NOT representative");
+    }
+    let mut figures = Figures::default();
+    let tag = std::process::id();
+
+    // ---------------------------------------------------------------- peers, each in its own database
+    let peers = Peers {
+        node_dir: root.join("bench").join("node"),
+        apalis,
+        pgbench_script: root.join("bench").join("pgbench").join("claim_finish.sql"),
+        herald: herald_bin.clone(),
+        workdir: workdir.clone(),
+    };
+    let jobs = plan.notifications * 2;
+    {
+        let name = format!("bench_graphile_{tag}");
+        let (url, _pool) = database(&admin, &admin_url, &name).await?;
+        let d = peers.graphile(&url, jobs, jobs).await?;
+        say(format!("graphile-worker 0.17.3: {} jobs in {:.2} s, {:.0} jobs/s", d.tasks, d.secs, d.rate()));
+        figures.graphile = Some(d);
+        drop_database(&admin, &name).await;
+    }
+    {
+        let name = format!("bench_pgboss_{tag}");
+        let (url, _pool) = database(&admin, &admin_url, &name).await?;
+        let d = peers.pgboss(&url, jobs).await?;
+        say(format!("pg-boss 10.4.2: {} jobs in {:.2} s, {:.0} jobs/s", d.tasks, d.secs, d.rate()));
+        figures.pgboss = Some(d);
+        drop_database(&admin, &name).await;
+    }
+    {
+        let name = format!("bench_apalis_{tag}");
+        let (url, _pool) = database(&admin, &admin_url, &name).await?;
+        let d = peers.apalis(&url, jobs).await?;
+        say(format!("apalis-postgres 1.0.0: {} jobs in {:.2} s, {:.0} jobs/s", d.tasks, d.secs, d.rate()));
+        figures.apalis = Some(d);
+        drop_database(&admin, &name).await;
+    }
+    {
+        let name = format!("bench_pgbench_{tag}");
+        let (url, pool) = database(&admin, &admin_url, &name).await?;
+        let (d, dry) =
+            peers.pgbench(&url, &pool, plan.pgbench_tasks, plan.pgbench_clients, 32, plan.pgbench_secs).await?;
+        say(format!(
+            "pgbench, Herald's claim + finish: {} tasks in {:.2} s, {:.0} tasks/s{}",
+            d.tasks,
+            d.secs,
+            d.rate(),
+            if dry { " (RAN DRY: the backlog ended first)" } else { "" }
+        ));
+        figures.pgbench = Some(d);
+        pool.close().await;
+        drop_database(&admin, &name).await;
+    }
+
+    // ---------------------------------------------------------------- Herald, through the real binary
+    let name = format!("bench_herald_{tag}");
+    let (url, pool) = database(&admin, &admin_url, &name).await?;
+    let mut herald = Herald::start(herald_bin, workdir.clone(), &url, pool).await?;
+    let outcome = run_herald(&plan, &mut herald, &mut figures).await;
+    herald.stop_all(true).await;
+    herald.pool.close().await;
+    let Herald { standins, .. } = herald;
+    standins.shutdown().await;
+    drop_database(&admin, &name).await;
+    outcome?;
+
+    figures.wall_secs = run_started.elapsed().as_secs_f64();
+    let table = report::table(&plan, &figures);
+    println!("\n{table}");
+    if plan.write {
+        let docs = root.join("docs");
+        std::fs::write(docs.join("BENCHMARKS.md"), report::benchmarks_md(&plan, &machine, &figures))?;
+        std::fs::write(docs.join("benchmarks.svg"), report::chart(&figures))?;
+        say("wrote docs/BENCHMARKS.md and docs/benchmarks.svg");
+        if plan.scaling {
+            report::write_scaling(&docs.join("SCALING.md"), &plan, &machine, &figures)?;
+            say("wrote the measured part of docs/SCALING.md");
+        }
+    } else {
+        std::fs::write(workdir.join("BENCHMARKS.md"), report::benchmarks_md(&plan, &machine, &figures))?;
+        std::fs::write(workdir.join("benchmarks.svg"), report::chart(&figures))?;
+        say(format!("wrote {} (docs/ only with --write)", workdir.join("BENCHMARKS.md").display()));
+    }
+    say(format!("wall clock {:.0} s", figures.wall_secs));
+    Ok(())
+}
+
+async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> anyhow::Result<()> {
+    let sizing = Sizing::for_processes(plan.processes);
+    figures.sizing = Some(sizing);
+    herald.serve(&[]).await?;
+    herald.preferences().await?;
+    herald.stop_all(false).await;
+
+    let d = herald.drain(plan.notifications, sizing).await?;
+    say(format!(
+        "Herald drain, empty tables, {}: {} tasks in {:.2} s, {:.0}/s",
+        sizing.describe(),
+        d.tasks,
+        d.secs,
+        d.rate()
+    ));
+    figures.drain = Some(d);
+
+    let submit = herald.submit(plan.submit_clients, plan.submit_secs, sizing).await?;
+    say(format!("Herald submit through the API, {} clients: {submit:.0} notifications/s", plan.submit_clients));
+    figures.submit = Some(submit);
+
+    // Half the peak of the whole path, in notifications per second (two calls each).
+    let rate = 0.5 * submit.min(d.rate() / 2.0);
+    let l = herald.latency(rate, plan.latency_secs, sizing).await?;
+    say(format!(
+        "Herald latency submit → call at {:.0} notifications/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} calls, {} \
+         submissions refused with 503/429 and tried again)",
+        l.rate, l.p50, l.p99, l.max, l.calls, l.refused
+    ));
+    figures.latency = Some(l);
+
+    if plan.scaling {
+        for processes in [1, 2, 4, 8] {
+            let s = Sizing::for_processes(processes);
+            let d = herald.drain(plan.notifications / 2, s).await?;
+            say(format!("scaling: {}: {:.0} tasks/s", s.describe(), d.rate()));
+            figures.scaling.push((s, d));
+        }
+        for processes in [1, 4] {
+            let s = Sizing::for_processes(processes);
+            let d = herald.limited(plan.limited, s, std::time::Duration::from_secs(8)).await?;
+            say(format!(
+                "scaling: one channel at a 1 ms interval (+1 ms guard), {}: {:.0} calls/s",
+                s.describe(),
+                d.rate()
+            ));
+            figures.limited.push((s, d));
+        }
+    }
+
+    let secs = herald.history(plan.history, &|line| say(format!("history: {line}"))).await?;
+    say(format!("history: {} finished tasks written and vacuumed in {secs:.0} s", plan.history));
+    figures.history_secs = Some(secs);
+    let d = herald.drain(plan.notifications, sizing).await?;
+    say(format!("Herald drain, {} finished tasks in the tables: {:.0}/s", plan.history, d.rate()));
+    figures.drain_history = Some(d);
+
+    let rss = herald.rss(plan.in_flight).await?;
+    say(format!(
+        "Herald worker at {} calls in flight: VmRSS {:.1} MiB, VmHWM {:.1} MiB",
+        rss.in_flight,
+        rss.rss_kib as f64 / 1024.0,
+        rss.hwm_kib as f64 / 1024.0
+    ));
+    figures.rss = Some(rss);
+    Ok(())
+}
