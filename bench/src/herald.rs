@@ -26,7 +26,7 @@ pub fn user(i: usize) -> String {
 }
 
 /// The stand-ins: `push` (webhook) and `sms` (queryable) answer at once; `limited` is a webhook channel
-/// with a 1 ms egress interval; `slow` accepts and answers only after [`HOLD`].
+/// with a 5 ms egress interval and a 20 ms guard; `slow` accepts and answers only after [`HOLD`].
 pub struct StandIns {
     pub push: StandIn,
     pub sms: StandIn,
@@ -81,15 +81,16 @@ pub struct Sizing {
 }
 
 impl Sizing {
-    /// The same total work in flight whatever the number of processes, and connections within the
-    /// server's `max_connections` (100 by default) even with 8 processes.
+    /// The same total of calls in flight (256) whatever the number of processes, at least one batch per
+    /// process, and connections within the server's `max_connections` (100 by default) even with 8
+    /// processes (each also opens its finish pool of 3 and a listener).
     pub fn for_processes(processes: usize) -> Sizing {
         let processes = processes.max(1);
         Sizing {
             processes,
-            concurrency: (32 / processes).max(1),
+            concurrency: (256 / processes).max(32),
             batch: 32,
-            claim_connections: (16 / processes).max(2),
+            claim_connections: (8 / processes).max(2),
         }
     }
 
@@ -141,7 +142,7 @@ fn config_text(db_url: &str, listen: u16, s: &StandIns, service: &str, admin: &s
     );
     text += &channel("push", "webhook", s.push.base_url(), "min_interval_ms = 0");
     text += &channel("sms", "queryable", s.sms.base_url(), "min_interval_ms = 0\nquery_consistency = \"immediate\"");
-    text += &channel("limited", "webhook", s.limited.base_url(), "min_interval_ms = 1\negress_guard_ms = 1");
+    text += &channel("limited", "webhook", s.limited.base_url(), "min_interval_ms = 5\negress_guard_ms = 20");
     text += &channel("slow", "webhook", s.slow.base_url(), "min_interval_ms = 0");
     text
 }
@@ -567,7 +568,7 @@ impl Herald {
         Ok(rss)
     }
 
-    /// The egress row's ceiling: `notifications` tasks on the `limited` channel (1 ms interval + 1 ms
+    /// The egress row's ceiling: `notifications` tasks on the `limited` channel (5 ms interval + 20 ms
     /// guard), claimed by `sizing`'s workers for `window`: calls per second seen at the stand-in. What is
     /// left is removed afterwards, so later phases do not call the channel.
     pub async fn limited(&mut self, notifications: u64, sizing: Sizing, window: Duration) -> anyhow::Result<Drain> {

@@ -294,7 +294,7 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
             let s = Sizing::for_processes(processes);
             let d = herald.limited(plan.limited, s, std::time::Duration::from_secs(8)).await?;
             say(format!(
-                "scaling: one channel at a 1 ms interval (+1 ms guard), {}: {:.0} calls/s",
+                "scaling: one channel at a 5 ms interval (+20 ms guard), {}: {:.0} calls/s",
                 s.describe(),
                 d.rate()
             ));

@@ -205,7 +205,7 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
     for (s, d) in &f.limited {
         let _ = writeln!(
             t,
-            "| One rate-limited channel (1 ms interval + 1 ms guard: at most 500/s), {} | {} calls/s | — |",
+            "| One rate-limited channel (5 ms interval + 20 ms guard: at most 40/s), {} | {} calls/s | — |",
             s.describe(),
             thousands(d.rate())
         );
@@ -423,11 +423,11 @@ pub fn write_scaling(path: &Path, plan: &Plan, m: &Machine, f: &Figures) -> anyh
             one.map_or("—".into(), |o| ratio(d.rate(), o))
         );
     }
-    part += "\nOne rate-limited channel (`min_interval_ms = 1`, `egress_guard_ms = 1`: a spacing of 2 ms, so at most \
-             500 calls/s by configuration), its egress row locked by every claim that calls it:\n\n\
-             | Worker processes | Calls/s | Of the configured 500/s |\n| ---: | ---: | ---: |\n";
+    part += "\nOne rate-limited channel (`min_interval_ms = 5`, `egress_guard_ms = 20`: a spacing of 25 ms, so at \
+             most 40 calls/s by configuration), its egress row locked by every claim that calls it:\n\n\
+             | Worker processes | Calls/s | Of the configured 40/s |\n| ---: | ---: | ---: |\n";
     for (s, d) in &f.limited {
-        let _ = writeln!(part, "| {} | {} | {:.0} % |", s.processes, thousands(d.rate()), d.rate() / 500.0 * 100.0);
+        let _ = writeln!(part, "| {} | {} | {:.0} % |", s.processes, thousands(d.rate()), d.rate() / 40.0 * 100.0);
     }
     part += &format!("\n{END}");
     let text = std::fs::read_to_string(path).unwrap_or_default();
