@@ -399,7 +399,7 @@ impl Worker {
                 task_id: task.task_id,
                 user_id: task.user_id.clone(),
                 token: task.token,
-                context: task.finish.clone(),
+                context: task.finish,
                 observation: classified.observation.clone(),
                 detail: classified.detail.clone(),
             };
@@ -884,9 +884,12 @@ mod tests {
         }
     }
 
+    /// Every claim's limit, and the calls in progress when it was made.
+    type Claims = Arc<std::sync::Mutex<Vec<(u32, u64)>>>;
+
     /// A worker over `tasks` claimable tasks, a channel answering after `delay`; records every claim's
     /// limit and how many calls were in progress when it was made.
-    fn pipelined(tasks: i64, delay: Duration) -> (Worker, Arc<SlowChannel>, Arc<std::sync::Mutex<Vec<(u32, u64)>>>) {
+    fn pipelined(tasks: i64, delay: Duration) -> (Worker, Arc<SlowChannel>, Claims) {
         let channel = Arc::new(SlowChannel {
             name: ChannelName::from("push"),
             delay,
