@@ -42,7 +42,10 @@ echo "bench: building herald and herald-bench ($profile profile)"
 cargo build -q "${cargo_profile[@]}" -p herald-app --bin herald
 cargo build -q "${cargo_profile[@]}" -p herald-bench --bin herald-bench
 echo "bench: building the apalis-postgres peer (bench/apalis, $profile profile)"
-cargo build -q "${cargo_profile[@]}" --locked --manifest-path bench/apalis/Cargo.toml --target-dir target/bench-apalis
+# apalis-postgres checks its queries with sqlx's macros: offline, against the query data it ships, never
+# against DATABASE_URL (our database has no apalis schema at build time).
+env -u DATABASE_URL SQLX_OFFLINE=true \
+    cargo build -q "${cargo_profile[@]}" --locked --manifest-path bench/apalis/Cargo.toml --target-dir target/bench-apalis
 echo "bench: installing the Node.js peers (bench/node, npm ci)"
 (cd bench/node && npm ci --no-audit --no-fund --loglevel=error </dev/null)
 
