@@ -9,8 +9,9 @@
 #   scripts/bench.sh --write      also write docs/BENCHMARKS.md (+ docs/SCALING.md with --scaling);
 #                                 without it the report goes to target/bench/BENCHMARKS.md
 #   scripts/bench.sh --debug      use the dev-profile binaries the tests built (NOT representative)
+#   scripts/bench.sh --herald-only  Herald's figures only, no peers and no ratios (to iterate; not with --write)
 #   scripts/bench.sh --history N  N finished tasks in the tables for the second drain (default 10000000;
-#                                 --quick: 100000)
+#                                 --quick: 100000; 0 skips the history drain)
 #
 # Needs: cargo, node and npm (Node 20), pgbench, a PostgreSQL (scripts/ensure-postgres.sh). A peer that
 # cannot be installed or run fails the run: no peer is skipped.

@@ -185,6 +185,9 @@ pub struct Latency {
     pub p50: f64,
     pub p99: f64,
     pub max: f64,
+    /// Submit → the API's answer (the part of the latency spent before the commit), p50 and p99.
+    pub answer_p50: f64,
+    pub answer_p99: f64,
     /// Submissions answered 503/429 and tried again.
     pub refused: u64,
 }
@@ -462,18 +465,25 @@ impl Herald {
         let (push_base, sms_base) = (self.standins.push.messages().len(), self.standins.sms.messages().len());
         let count = (rate * secs).round().max(1.0) as usize;
         let sent_at: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; count]));
+        let answered: Arc<Mutex<Vec<f64>>> = Arc::new(Mutex::new(Vec::with_capacity(count)));
         let client = reqwest::Client::new();
         let started = Instant::now();
         let tag = format!("lat{}", self.started);
         let mut calls = Vec::with_capacity(count);
         for i in 0..count {
             tokio::time::sleep_until((started + Duration::from_secs_f64(i as f64 / rate)).into()).await;
-            let (client, api, token, sent_at) =
-                (client.clone(), self.api.clone(), self.service_token.clone(), Arc::clone(&sent_at));
+            let (client, api, token, sent_at, answered) = (
+                client.clone(),
+                self.api.clone(),
+                self.service_token.clone(),
+                Arc::clone(&sent_at),
+                Arc::clone(&answered),
+            );
             let body = json!({ "user_id": user(i % USERS), "event_key": format!("{tag}-{i}"), "body": format!("{tag}:{i}"),
                                "ttl_seconds": 3600 });
             calls.push(tokio::spawn(async move {
-                sent_at.lock().expect("lock")[i] = Some(Instant::now());
+                let first_try = Instant::now();
+                sent_at.lock().expect("lock")[i] = Some(first_try);
                 // An overloaded API answers 503 (or 429): the client tries again after a pause, as a real
                 // one would, and the latency still counts from its first try.
                 let mut refused = 0_u64;
@@ -481,6 +491,7 @@ impl Herald {
                     let r =
                         client.post(format!("{api}/v1/notifications")).bearer_auth(&token).json(&body).send().await?;
                     if r.status().is_success() {
+                        answered.lock().expect("lock").push(first_try.elapsed().as_secs_f64() * 1000.0);
                         return anyhow::Ok(refused);
                     }
                     ensure!(
@@ -510,9 +521,10 @@ impl Herald {
             })
             .collect();
         ensure!(millis.len() == count * 2, "expected {} calls at the stand-ins, saw {}", count * 2, millis.len());
-        millis.sort_by(f64::total_cmp);
-        let at = |q: f64| millis[((millis.len() as f64 * q).ceil() as usize).clamp(1, millis.len()) - 1];
-        Ok(Latency { rate, calls: millis.len(), p50: at(0.50), p99: at(0.99), max: at(1.0), refused })
+        let mut answers = answered.lock().expect("lock").clone();
+        let (p50, p99, max) = (quantile(&mut millis, 0.50), quantile(&mut millis, 0.99), quantile(&mut millis, 1.0));
+        let (answer_p50, answer_p99) = (quantile(&mut answers, 0.50), quantile(&mut answers, 0.99));
+        Ok(Latency { rate, calls: millis.len(), p50, p99, max, answer_p50, answer_p99, refused })
     }
 
     /// Adds `tasks` finished tasks (SENT, one ACCEPTED attempt each, two per notification, with inbox
@@ -624,6 +636,12 @@ pub async fn backlog(pool: &PgPool, from: u64, notifications: u64, channels: &[&
         .fetch_one(pool)
         .await?;
     first.context("no task inserted")
+}
+
+/// The `q` quantile (0 < q ≤ 1) of `values` (sorted here; not empty), nearest rank.
+fn quantile(values: &mut [f64], q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((values.len() as f64 * q).ceil() as usize).clamp(1, values.len()) - 1]
 }
 
 /// Finished history, notifications `$1..=$2`: 50 per user (users `old00000000`…, sorted as inserted, so

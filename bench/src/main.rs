@@ -30,6 +30,8 @@ pub struct Plan {
     pub quick: bool,
     pub scaling: bool,
     pub write: bool,
+    /// Herald's measurements only, no peers (to iterate on Herald; no ratios, never written to docs/).
+    pub herald_only: bool,
     /// The cargo profile of the binaries (`release`; `debug` in CI: not representative).
     pub profile: String,
     /// Notifications per drain (two tasks each: push and sms).
@@ -58,11 +60,11 @@ struct Options {
 }
 
 const USAGE: &str = "usage: herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] \
-                     [--history TASKS] [--profile NAME] [--command TEXT]";
+                     [--herald-only] [--history TASKS] [--profile NAME] [--command TEXT]";
 
 fn options() -> anyhow::Result<Options> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (mut quick, mut scaling, mut write) = (false, false, false);
+    let (mut quick, mut scaling, mut write, mut herald_only) = (false, false, false, false);
     let (mut herald, mut apalis, mut profile, mut command) = (None, None, "release".to_owned(), String::new());
     let mut history = None;
     let mut rest = args.iter();
@@ -72,6 +74,7 @@ fn options() -> anyhow::Result<Options> {
             "--quick" => quick = true,
             "--scaling" => scaling = true,
             "--write" => write = true,
+            "--herald-only" => herald_only = true,
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--apalis" => apalis = Some(PathBuf::from(value()?)),
             "--profile" => profile = value()?,
@@ -81,12 +84,16 @@ fn options() -> anyhow::Result<Options> {
         }
     }
     let (Some(herald), Some(apalis)) = (herald, apalis) else { bail!(USAGE) };
+    if herald_only && write {
+        bail!("--herald-only measures no peer, so it has no ratios to write: drop --write");
+    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_path_buf();
     let mut plan = if quick {
         Plan {
             quick,
             scaling,
             write,
+            herald_only,
             profile,
             notifications: 2_500,
             processes: 2,
@@ -106,6 +113,7 @@ fn options() -> anyhow::Result<Options> {
             quick,
             scaling,
             write,
+            herald_only,
             profile,
             notifications: 20_000,
             processes: 2,
@@ -178,45 +186,8 @@ async fn main() -> anyhow::Result<()> {
         workdir: workdir.clone(),
     };
     let jobs = plan.notifications * 2;
-    {
-        let name = format!("bench_graphile_{tag}");
-        let (url, _pool) = database(&admin, &admin_url, &name).await?;
-        let d = peers.graphile(&url, jobs, jobs).await?;
-        say(format!("graphile-worker 0.17.3: {} jobs in {:.2} s, {:.0} jobs/s", d.tasks, d.secs, d.rate()));
-        figures.graphile = Some(d);
-        drop_database(&admin, &name).await;
-    }
-    {
-        let name = format!("bench_pgboss_{tag}");
-        let (url, _pool) = database(&admin, &admin_url, &name).await?;
-        let d = peers.pgboss(&url, jobs).await?;
-        say(format!("pg-boss 10.4.2: {} jobs in {:.2} s, {:.0} jobs/s", d.tasks, d.secs, d.rate()));
-        figures.pgboss = Some(d);
-        drop_database(&admin, &name).await;
-    }
-    {
-        let name = format!("bench_apalis_{tag}");
-        let (url, _pool) = database(&admin, &admin_url, &name).await?;
-        let d = peers.apalis(&url, jobs).await?;
-        say(format!("apalis-postgres 1.0.0: {} jobs in {:.2} s, {:.0} jobs/s", d.tasks, d.secs, d.rate()));
-        figures.apalis = Some(d);
-        drop_database(&admin, &name).await;
-    }
-    {
-        let name = format!("bench_pgbench_{tag}");
-        let (url, pool) = database(&admin, &admin_url, &name).await?;
-        let (d, dry) =
-            peers.pgbench(&url, &pool, plan.pgbench_tasks, plan.pgbench_clients, 32, plan.pgbench_secs).await?;
-        say(format!(
-            "pgbench, Herald's claim + finish: {} tasks in {:.2} s, {:.0} tasks/s{}",
-            d.tasks,
-            d.secs,
-            d.rate(),
-            if dry { " (RAN DRY: the backlog ended first)" } else { "" }
-        ));
-        figures.pgbench = Some(d);
-        pool.close().await;
-        drop_database(&admin, &name).await;
+    if !plan.herald_only {
+        run_peers(&plan, &admin, &admin_url, &peers, jobs, tag, &mut figures).await?;
     }
 
     // ---------------------------------------------------------------- Herald, through the real binary
@@ -252,6 +223,59 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The peers, each in its own database on the same server.
+async fn run_peers(
+    plan: &Plan,
+    admin: &PgPool,
+    admin_url: &str,
+    peers: &Peers,
+    jobs: u64,
+    tag: u32,
+    figures: &mut Figures,
+) -> anyhow::Result<()> {
+    {
+        let name = format!("bench_graphile_{tag}");
+        let (url, _pool) = database(admin, admin_url, &name).await?;
+        let d = peers.graphile(&url, jobs, jobs).await?;
+        say(format!("graphile-worker 0.17.3: {} jobs in {:.2} s, {:.0} jobs/s", d.tasks, d.secs, d.rate()));
+        figures.graphile = Some(d);
+        drop_database(admin, &name).await;
+    }
+    {
+        let name = format!("bench_pgboss_{tag}");
+        let (url, _pool) = database(admin, admin_url, &name).await?;
+        let d = peers.pgboss(&url, jobs).await?;
+        say(format!("pg-boss 10.4.2: {} jobs in {:.2} s, {:.0} jobs/s", d.tasks, d.secs, d.rate()));
+        figures.pgboss = Some(d);
+        drop_database(admin, &name).await;
+    }
+    {
+        let name = format!("bench_apalis_{tag}");
+        let (url, _pool) = database(admin, admin_url, &name).await?;
+        let d = peers.apalis(&url, jobs).await?;
+        say(format!("apalis-postgres 1.0.0: {} jobs in {:.2} s, {:.0} jobs/s", d.tasks, d.secs, d.rate()));
+        figures.apalis = Some(d);
+        drop_database(admin, &name).await;
+    }
+    {
+        let name = format!("bench_pgbench_{tag}");
+        let (url, pool) = database(admin, admin_url, &name).await?;
+        let (d, dry) =
+            peers.pgbench(&url, &pool, plan.pgbench_tasks, plan.pgbench_clients, 32, plan.pgbench_secs).await?;
+        say(format!(
+            "pgbench, Herald's claim + finish: {} tasks in {:.2} s, {:.0} tasks/s{}",
+            d.tasks,
+            d.secs,
+            d.rate(),
+            if dry { " (RAN DRY: the backlog ended first)" } else { "" }
+        ));
+        figures.pgbench = Some(d);
+        pool.close().await;
+        drop_database(admin, &name).await;
+    }
+    Ok(())
+}
+
 async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> anyhow::Result<()> {
     let sizing = Sizing::for_processes(plan.processes);
     figures.sizing = Some(sizing);
@@ -277,9 +301,9 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
     let rate = 0.5 * submit.min(d.rate() / 2.0);
     let l = herald.latency(rate, plan.latency_secs, sizing).await?;
     say(format!(
-        "Herald latency submit → call at {:.0} notifications/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} calls, {} \
-         submissions refused with 503/429 and tried again)",
-        l.rate, l.p50, l.p99, l.max, l.calls, l.refused
+        "Herald latency submit → call at {:.0} notifications/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; the API's \
+         answer p50 {:.1} ms, p99 {:.1} ms ({} calls, {} submissions refused with 503/429 and tried again)",
+        l.rate, l.p50, l.p99, l.max, l.answer_p50, l.answer_p99, l.calls, l.refused
     ));
     figures.latency = Some(l);
 
@@ -302,12 +326,14 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
         }
     }
 
-    let secs = herald.history(plan.history, &|line| say(format!("history: {line}"))).await?;
-    say(format!("history: {} finished tasks written and vacuumed in {secs:.0} s", plan.history));
-    figures.history_secs = Some(secs);
-    let d = herald.drain(plan.notifications, sizing).await?;
-    say(format!("Herald drain, {} finished tasks in the tables: {:.0}/s", plan.history, d.rate()));
-    figures.drain_history = Some(d);
+    if plan.history > 0 {
+        let secs = herald.history(plan.history, &|line| say(format!("history: {line}"))).await?;
+        say(format!("history: {} finished tasks written and vacuumed in {secs:.0} s", plan.history));
+        figures.history_secs = Some(secs);
+        let d = herald.drain(plan.notifications, sizing).await?;
+        say(format!("Herald drain, {} finished tasks in the tables: {:.0}/s", plan.history, d.rate()));
+        figures.drain_history = Some(d);
+    }
 
     let rss = herald.rss(plan.in_flight).await?;
     say(format!(

@@ -174,10 +174,12 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
     if let Some(l) = f.latency {
         let _ = writeln!(
             t,
-            "| Herald latency submit → call at the stand-in, at {} notifications/s (half the peak) | p50 {:.1} ms, p99 {:.1} ms{} | — |",
+            "| Herald latency submit → call at the stand-in, at {} notifications/s (half the peak) | p50 {:.1} ms, p99 {:.1} ms (of which the API's answer: p50 {:.1} ms, p99 {:.1} ms){} | — |",
             thousands(l.rate),
             l.p50,
             l.p99,
+            l.answer_p50,
+            l.answer_p99,
             if l.refused > 0 { format!(" ({} submissions answered 503 and retried)", l.refused) } else { String::new() }
         );
     }
