@@ -420,12 +420,24 @@ impl Herald {
         self.serve(&hold).await?;
         let first: i64 =
             sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM notification").fetch_one(&self.pool).await?;
-        let client = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
-        let deadline = Instant::now() + Duration::from_secs_f64(secs);
-        let started = Instant::now();
         let tag = format!("submit-{}", self.started);
+        let started = Instant::now();
+        let total = self.closed_loop(clients, started + Duration::from_secs_f64(secs), &tag).await?;
+        let secs = started.elapsed().as_secs_f64();
+        self.stop_all(false).await;
+        // Drain what was submitted, so the next phase starts with no backlog.
+        self.workers(sizing, &[])?;
+        self.wait_drained(first, total * 2, &StandIns::drained, Duration::from_secs(900)).await?;
+        self.stop_all(false).await;
+        Ok(total as f64 / secs)
+    }
+
+    /// `clients` clients each submitting one notification after the other until `deadline`; the count
+    /// of notifications accepted.
+    async fn closed_loop(&self, clients: usize, deadline: Instant, tag: &str) -> anyhow::Result<u64> {
+        let client = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
         let submitted = futures::future::join_all((0..clients).map(|c| {
-            let (client, api, token, tag) = (client.clone(), self.api.clone(), self.service_token.clone(), tag.clone());
+            let (client, api, token) = (client.clone(), self.api.clone(), self.service_token.clone());
             async move {
                 let mut ok = 0_u64;
                 let mut n = 0_usize;
@@ -441,17 +453,34 @@ impl Herald {
             }
         }))
         .await;
-        let secs = started.elapsed().as_secs_f64();
-        let mut total = 0;
-        for s in submitted {
-            total += s?;
-        }
-        self.stop_all(false).await;
-        // Drain what was submitted, so the next phase starts with no backlog.
+        submitted.into_iter().sum()
+    }
+
+    /// The peak of the whole path: `clients` clients submitting as fast as they can while `herald serve`
+    /// and `sizing`'s workers deliver, all on one machine. Returns notifications delivered per second
+    /// (both calls made at the stand-ins) after the first second, until the clients stop — whichever of
+    /// the API and the workers is the narrower part sets it. The backlog is drained afterwards.
+    pub async fn end_to_end(&mut self, clients: usize, secs: f64, sizing: Sizing) -> anyhow::Result<f64> {
+        let first: i64 =
+            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM notification").fetch_one(&self.pool).await?;
+        self.serve(&[]).await?;
         self.workers(sizing, &[])?;
-        self.wait_drained(first, total * 2, &StandIns::drained, Duration::from_secs(900)).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let tag = format!("e2e-{}", self.started);
+        let warm = Duration::from_secs(1);
+        let deadline = Instant::now() + Duration::from_secs_f64(secs).max(warm * 2);
+        let standins = &self.standins;
+        let measure = async {
+            tokio::time::sleep(warm).await;
+            let (from, at) = (standins.drained(), Instant::now());
+            tokio::time::sleep_until(deadline.into()).await;
+            (standins.drained() - from, at.elapsed().as_secs_f64())
+        };
+        let (submitted, (calls, window)) = tokio::join!(self.closed_loop(clients, deadline, &tag), measure);
+        submitted?;
+        self.wait_drained(first, 0, &|_| 0, Duration::from_secs(900)).await?;
         self.stop_all(false).await;
-        Ok(total as f64 / secs)
+        Ok(calls as f64 / 2.0 / window)
     }
 
     /// Submit → call latency at a fixed `rate` (notifications per second, each with a push and an sms

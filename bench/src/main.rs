@@ -297,8 +297,15 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
     say(format!("Herald submit through the API, {} clients: {submit:.0} notifications/s", plan.submit_clients));
     figures.submit = Some(submit);
 
+    let e2e = herald.end_to_end(plan.submit_clients, plan.submit_secs, sizing).await?;
+    say(format!(
+        "Herald end to end, {} clients submitting while the workers deliver: {e2e:.0} notifications/s",
+        plan.submit_clients
+    ));
+    figures.end_to_end = Some(e2e);
+
     // Half the peak of the whole path, in notifications per second (two calls each).
-    let rate = 0.5 * submit.min(d.rate() / 2.0);
+    let rate = 0.5 * e2e;
     let l = herald.latency(rate, plan.latency_secs, sizing).await?;
     say(format!(
         "Herald latency submit → call at {:.0} notifications/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; the API's \
