@@ -496,3 +496,34 @@ async fn a_rate_limited_backlog_drains_oldest_first_without_being_rewritten() {
     let expected: Vec<String> = users.iter().map(|u| World::destination(u, "miao")).collect();
     assert!(order == expected, "called oldest first (destinations withheld from this message)");
 }
+
+/// `PgClock` reads the database at most once a second and carries the reading forward: what it hands
+/// out stays between two fresh reads of `clock_timestamp()` taken around it (give or take the
+/// milliseconds of a read's own round trip), across a re-read, and never goes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_clock_carried_forward_stays_the_databases() {
+    use herald_ports::Clock as _;
+    let db = herald_tests::db::TestDb::fresh().await.expect("db");
+    let clock = db.store.clock();
+    let fresh = || async {
+        let t: chrono::DateTime<chrono::Utc> =
+            sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(db.store.pool()).await.expect("read");
+        t.timestamp_millis()
+    };
+    // A read's round trip on a loaded machine; the reading is anchored within it.
+    const SLACK_MS: i64 = 100;
+    let started = std::time::Instant::now();
+    let mut last = 0;
+    let mut checks = 0;
+    while started.elapsed() < herald_postgres::PgClock::REREAD * 2 + std::time::Duration::from_millis(200) {
+        let before = fresh().await;
+        let now = clock.now().await.expect("clock").0;
+        let after = fresh().await;
+        assert!(before - SLACK_MS <= now && now <= after + SLACK_MS, "{before} ≤ {now} ≤ {after} (± {SLACK_MS} ms)");
+        assert!(now >= last, "the clock went back: {last} then {now}");
+        last = now;
+        checks += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(checks >= 10, "only {checks} checks");
+}
