@@ -39,8 +39,8 @@ pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
 pub use rows::PARKED;
 pub use store::PgStore;
 pub use views::{
-    ATTEMPTS_OF_TASKS, INBOX_PAGE, NOTIFICATION_BY_EVENT, NOTIFICATION_BY_REF, NOTIFICATION_BY_REFERENCE,
-    OUTCOME_COUNTS, PARKED_PAGE,
+    ATTEMPTS_OF_TASKS, COMPACT_TASK_TALLY, INBOX_PAGE, NOTIFICATION_BY_EVENT, NOTIFICATION_BY_REF,
+    NOTIFICATION_BY_REFERENCE, OUTCOME_COUNTS, PARKED_PAGE, TASK_TALLY,
 };
 
 /// The embedded migrations (folder `migrations/` at the workspace root).

@@ -30,9 +30,11 @@ macro_rules! parked {
 pub(crate) use parked;
 
 /// "Parked" (SPEC §6) in SQL, over `delivery_task` named `t`: uncertain, waiting for a human, never
-/// claimed again — the predicate of `TaskSnapshot::is_parked`, and the only place SQL spells it. The
+/// claimed again — the predicate of `TaskSnapshot::is_parked`, and the only place this crate spells it. The
 /// partial index `delivery_task_parked` (`migrations/0001_core.sql`) is declared with the same predicate,
-/// which is what lets the planner use it for the review list.
+/// which is what lets the planner use it for the review list; the task tally's triggers
+/// (`migrations/0010_task_tally.sql`) classify rows with `herald_task_parked`, the same predicate as a
+/// SQL function. Unit tests below keep both migrations equal to this text.
 pub const PARKED: &str = parked!();
 
 /// The columns of a task row that decisions read ([`TaskDecisionRow`]), over `delivery_task` named `t`.
@@ -389,13 +391,26 @@ impl From<EgressRow> for EgressSlot {
     }
 }
 
-/// One group of the task gauges.
+/// One group of the task gauges, summed from the task tally (`TASK_TALLY` in `views`).
 #[derive(sqlx::FromRow)]
 pub(crate) struct TaskCountRow {
     channel: String,
     state: String,
     parked: bool,
     n: i64,
+    /// The tally rows the sum was taken over.
+    entries: i64,
+}
+
+impl TaskCountRow {
+    pub(crate) fn entries(&self) -> i64 {
+        self.entries
+    }
+
+    /// False for a group whose deltas cancel out: its tasks all moved elsewhere.
+    pub(crate) fn has_tasks(&self) -> bool {
+        self.n != 0
+    }
 }
 
 impl TryFrom<TaskCountRow> for TaskCount {
@@ -467,5 +482,17 @@ mod tests {
         let predicate = predicate.trim_start_matches('(').trim_end_matches(')');
         let index = format!("CREATE INDEX delivery_task_parked ON delivery_task (updated_at)\n    WHERE {predicate};");
         assert!(migration.contains(&index), "{index}");
+    }
+
+    /// The task gauges read the tally the triggers of migration `0010` keep; they tell parked tasks
+    /// apart with `herald_task_parked`, which must be `PARKED` (what the gauges counted before, and what
+    /// the review list shows). `tests/tests/it/tally.rs` checks the same over rows of every kind.
+    #[test]
+    fn the_task_tally_classifies_with_the_parked_predicate() {
+        let migration = include_str!("../../migrations/0010_task_tally.sql");
+        let function = format!("AS $$ SELECT {} $$;", PARKED.replace("t.", ""));
+        assert!(migration.contains(&function), "{function}");
+        // The function is the migration's only spelling: every classification goes through it.
+        assert_eq!(migration.matches("'UNKNOWN'").count(), 1);
     }
 }

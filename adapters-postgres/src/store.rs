@@ -89,6 +89,15 @@ impl PgStore {
         applied.is_ok_and(|versions| crate::MIGRATOR.iter().all(|m| versions.contains(&m.version)))
     }
 
+    /// Folds the task tally's deltas into one row per group (`COMPACT_TASK_TALLY`); the gauges' read does
+    /// it by itself once the tally has grown. Answers how many rows it removed.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn compact_task_tally(&self) -> Result<u64, StoreError> {
+        crate::views::compact_task_tally(&self.pool).await
+    }
+
     /// Opens a listener; when this returns, every later committed `create` with tasks is heard.
     ///
     /// # Errors

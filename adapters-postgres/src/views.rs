@@ -44,12 +44,43 @@ const PARKED_TASKS: &str = concat!(
     " ORDER BY updated_at, id LIMIT $1"
 );
 
-/// The task gauges: tasks per channel and state, parked ones in their own group.
-const TASK_COUNTS: &str = concat!(
-    "SELECT channel, state, ",
-    parked!(),
-    " AS parked, count(*) AS n FROM delivery_task t GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
-);
+/// The task gauges: tasks per channel and state, parked ones in their own group — read from the tally
+/// the database keeps of `delivery_task` (migration `0010`), never from the table itself, which holds
+/// every finished task. Each group is the sum of its signed deltas; `entries` is how many delta rows it
+/// took, which tells the reader when to compact. A group whose sum is 0 has no tasks, and is left out of
+/// the answer as a group with no rows was when the tasks were counted.
+///
+/// Every delta commits with the task rows it describes, so in any one snapshot the sums are exactly
+/// `count(*)` of `delivery_task` per `(channel, state, PARKED)`.
+pub const TASK_TALLY: &str = "SELECT channel, state, parked, sum(n)::bigint AS n, count(*) AS entries \
+     FROM task_tally GROUP BY 1, 2, 3 ORDER BY 1, 2, 3";
+
+/// Folds the tally's deltas into one row per group (groups summing to 0 go), in one statement, so a
+/// reader sees the tally either before or after it, with the same sums.
+///
+/// Safe beside the writers and beside another compaction, under READ COMMITTED: the `DELETE` removes
+/// only rows of its snapshot, and `RETURNING` names exactly the rows this statement removed.
+/// * A delta committed after the snapshot (or still uncommitted) is not seen, so it is neither removed
+///   nor summed: it stays, and counts as before. Nothing is lost.
+/// * Two compactions at once: a row both see is removed by the first; the second waits for the first
+///   to commit, finds the row deleted and skips it (READ COMMITTED re-checks a row that changed under
+///   it; a deleted one is dropped from the statement), so it is summed by the first only. If the first
+///   rolls back, the row is still there and the second removes and sums it. The first's folded rows are
+///   either outside the second's snapshot (then the second never touches them) or inside it, and then
+///   so is the removal of the rows they replace. Nothing is counted twice.
+///
+/// No row is ever updated, so the writers' inserts never wait on a compaction and a compaction waits
+/// only on another one.
+///
+/// Answers how many rows it removed.
+pub const COMPACT_TASK_TALLY: &str = "WITH gone AS (DELETE FROM task_tally RETURNING channel, state, parked, n), \
+     folded AS (INSERT INTO task_tally (channel, state, parked, n) \
+       SELECT channel, state, parked, sum(n)::bigint FROM gone GROUP BY 1, 2, 3 HAVING sum(n) <> 0) \
+     SELECT count(*) FROM gone";
+
+/// The reader compacts once the tally holds this many rows more than it has groups with tasks: a few
+/// statements' worth when idle, every read under load (the rows of a few seconds of batches).
+const COMPACT_AFTER_EXTRA_ENTRIES: i64 = 64;
 
 /// Loads the attempts of `tasks` (oldest first) into them.
 async fn with_attempts(pool: &PgPool, mut tasks: Vec<TaskView>) -> Result<Vec<TaskView>, StoreError> {
@@ -171,9 +202,26 @@ pub(crate) async fn inbox_page(
     Ok(items)
 }
 
+/// The task gauges ([`TASK_TALLY`]), then a compaction of the tally ([`COMPACT_TASK_TALLY`]) when it has
+/// grown: the gauges' refresh keeps the tally small, and no other job is needed. The answer is the read's;
+/// a compaction that fails is logged and left to the next read.
 pub(crate) async fn task_counts(pool: &PgPool) -> Result<Vec<TaskCount>, StoreError> {
-    let rows: Vec<TaskCountRow> = sqlx::query_as(TASK_COUNTS).fetch_all(pool).await.map_err(store_error)?;
-    rows.into_iter().map(TaskCount::try_from).collect()
+    let groups: Vec<TaskCountRow> = sqlx::query_as(TASK_TALLY).fetch_all(pool).await.map_err(store_error)?;
+    let entries: i64 = groups.iter().map(TaskCountRow::entries).sum();
+    let counts: Vec<TaskCount> =
+        groups.into_iter().filter(TaskCountRow::has_tasks).map(TaskCount::try_from).collect::<Result<_, _>>()?;
+    if entries - i64::try_from(counts.len()).unwrap_or(i64::MAX) >= COMPACT_AFTER_EXTRA_ENTRIES {
+        if let Err(error) = compact_task_tally(pool).await {
+            tracing::warn!(%error, "compacting the task tally failed; the next read tries again");
+        }
+    }
+    Ok(counts)
+}
+
+/// Runs [`COMPACT_TASK_TALLY`]; answers how many rows it removed.
+pub(crate) async fn compact_task_tally(pool: &PgPool) -> Result<u64, StoreError> {
+    let removed: i64 = sqlx::query_scalar(COMPACT_TASK_TALLY).fetch_one(pool).await.map_err(store_error)?;
+    Ok(u64::try_from(removed).unwrap_or(0))
 }
 
 /// The review queue with the console's filters: served by `delivery_task_parked` (no channel) or

@@ -548,8 +548,9 @@ pub trait NotificationStore: Send + Sync {
     /// A user's inbox, newest first.
     async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError>;
 
-    /// Tasks counted by channel, state and parked, for the `/metrics` gauges (one aggregate query; the
-    /// caller decides how often it runs).
+    /// Tasks counted by channel, state and parked, for the `/metrics` gauges, ordered by channel, state
+    /// and parked; a group without tasks is left out. The caller decides how often it runs; the
+    /// PostgreSQL store answers from a tally its triggers keep, without reading the task table.
     async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError>;
 
     /// SPEC §11: marks a user's inbox item read at `now`; repeating it changes nothing (the first time

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod db;
 pub mod evidence;
 pub mod peers;
+pub mod tally;
 pub mod wait;
 pub mod world;
 

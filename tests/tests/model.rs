@@ -69,7 +69,9 @@
 //! channel, reference, `max_attempts` and `digest_count`; every `delivery_attempt` row (attempt
 //! number, token of a call, action, lease owner, outcome, late outcome, detail, late detail, note,
 //! started, finished and late times); every notification (body, expiry, `max_attempts`) with its one
-//! inbox item; the `channel_egress` reservations. And every answer: `create` (created or duplicate, its
+//! inbox item; the `channel_egress` reservations; the tally of task rows the triggers of migration
+//! `0010` keep for the task gauges, against an exact count of the rows (and at the end of the case, the
+//! gauges' answer itself). And every answer: `create` (created or duplicate, its
 //! tasks), the claim batch (which tasks — oldest due first, ties by id, checked as a prefix of the
 //! runnable tasks so that concurrent claims can be judged too — and for each, call, defer or settle as
 //! the domain decides, the claimed attempt's number, action, `FinishContext`, body, expiry and
@@ -115,6 +117,10 @@ async fn run_case(db: &TestDb, case: &ops::Case, stats: &Mutex<driver::Stats>) -
             return Err(format!("step {step} ({op:?}): {e}{rows}"));
         }
         harness.compare().await.map_err(|e| format!("after step {step} ({op:?}): {e}"))?;
+    }
+    let gauges = herald_tests::tally::gauge_differences(&db.store).await.map_err(|e| format!("task gauges: {e:#}"))?;
+    if !gauges.is_empty() {
+        return Err(format!("after the last step the task gauges differ from the rows: {gauges:?}"));
     }
     stats.lock().expect("stats").add(&harness.stats);
     Ok(())

@@ -1122,6 +1122,7 @@ struct Report {
     tasks_by_state: BTreeMap<String, usize>,
     parked_db: i64,
     parked_api: usize,
+    tally_differences: Vec<String>,
 }
 
 fn describe(task: &TaskLine) -> String {
@@ -1170,6 +1171,8 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
     )
     .fetch_one(pool)
     .await?;
+    // The task gauges' tally (migration 0010) against an exact count, both in one statement's snapshot.
+    report.tally_differences = herald_tests::tally::tally_differences(pool).await?;
     report.digests_waiting = sqlx::query_scalar(
         "SELECT count(*) FROM delivery_task WHERE digest_count IS NOT NULL AND state = 'PENDING' \
          AND next_attempt_at > now() + interval '10 minutes'",
@@ -1505,6 +1508,8 @@ fn print_ledger(report: &Report, ledger: &Ledger, faults: &Faults, standins: &St
     );
     let (v, ok) = count(&report.gone_still_on);
     check("webpush 410: subscription gone but the channel still on", v, ok, &report.gone_still_on);
+    let (v, ok) = count(&report.tally_differences);
+    check("task gauges: tally groups that differ from an exact count", v, ok, &report.tally_differences);
     let min_gap = report.egress_min_gap.map_or("-".to_owned(), |g| format!("{} ms", g.as_millis()));
     check(
         &format!("egress interval: gaps between slow sends >= {} ms (min gap)", SLOW_INTERVAL.as_millis()),

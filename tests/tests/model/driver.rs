@@ -803,6 +803,14 @@ impl Harness {
                 show(&egress)
             ));
         }
+        // The task gauges' tally (migration 0010) against the exact count of these rows (the gauges' answer
+        // itself is compared at the end of the case, `run_case`).
+        let tally = herald_tests::tally::tally_differences(pool)
+            .await
+            .map_err(|e| format!("reading the task tally failed: {e:#}"))?;
+        for line in tally {
+            differences.push_str(&format!("  task tally: {line}\n"));
+        }
         ensure!(differences.is_empty(), "rows differ (model vs store) at {}:\n{differences}", at(self.model.now));
         Ok(())
     }

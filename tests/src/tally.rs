@@ -1,0 +1,93 @@
+//! The task tally's invariant (migration `0010`): the gauges' sums equal an exact count of
+//! `delivery_task`. Checked by `tests/it/tally.rs`, after every step of the model test, and at the end of
+//! the soak.
+
+use herald_postgres::PARKED;
+use sqlx::{PgPool, Row};
+
+/// What the task gauges counted before the tally: `count(*)` of `delivery_task` per channel, state and
+/// parked ([`PARKED`], the review list's predicate), in the gauges' order. A full scan of the table.
+#[must_use]
+pub fn exact_task_counts_query() -> String {
+    format!(
+        "SELECT channel, state, {PARKED} AS parked, count(*) AS n FROM delivery_task t GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+    )
+}
+
+/// One group of the gauges: channel, state, parked, tasks.
+pub type Group = (String, String, bool, i64);
+
+/// [`exact_task_counts_query`]'s answer.
+///
+/// # Errors
+/// Database failures.
+pub async fn exact_task_counts(pool: &PgPool) -> anyhow::Result<Vec<Group>> {
+    Ok(sqlx::query_as(&exact_task_counts_query()).fetch_all(pool).await?)
+}
+
+/// The groups where the tally's sum and the exact count differ, one line each (empty when the invariant
+/// holds). Both sides are read by one statement, so in one snapshot: writers may keep running.
+///
+/// # Errors
+/// Database failures.
+pub async fn tally_differences(pool: &PgPool) -> anyhow::Result<Vec<String>> {
+    let query = format!(
+        "WITH exact AS ({}), \
+              tally AS (SELECT channel, state, parked, sum(n)::bigint AS n FROM task_tally GROUP BY 1, 2, 3 \
+                        HAVING sum(n) <> 0) \
+         SELECT channel, state, parked, e.n AS exact, y.n AS tally \
+         FROM exact e FULL JOIN tally y USING (channel, state, parked) \
+         WHERE e.n IS DISTINCT FROM y.n ORDER BY 1, 2, 3",
+        exact_task_counts_query()
+    );
+    let rows = sqlx::query(&query).fetch_all(pool).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}{}: {} tasks, tally {}",
+                r.get::<String, _>(0),
+                r.get::<String, _>(1),
+                if r.get::<bool, _>(2) { " parked" } else { "" },
+                r.get::<Option<i64>, _>(3).unwrap_or(0),
+                r.get::<Option<i64>, _>(4).unwrap_or(0)
+            )
+        })
+        .collect())
+}
+
+/// How many rows the tally holds (deltas not yet compacted included).
+///
+/// # Errors
+/// Database failures.
+pub async fn tally_rows(pool: &PgPool) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar("SELECT count(*) FROM task_tally").fetch_one(pool).await?)
+}
+
+/// The store's gauges answer (`NotificationStore::task_counts`, which compacts a grown tally) in the
+/// shape of the exact count.
+#[must_use]
+pub fn groups(counts: &[herald_ports::store::TaskCount]) -> Vec<Group> {
+    counts
+        .iter()
+        .map(|c| {
+            (c.channel.to_string(), c.state.as_str().to_owned(), c.parked, i64::try_from(c.count).unwrap_or(i64::MAX))
+        })
+        .collect()
+}
+
+/// [`tally_differences`], then the gauges' answer against the exact count, group for group and in
+/// order. The second comparison reads twice, so it needs no writer to run meanwhile.
+///
+/// # Errors
+/// Database failures.
+pub async fn gauge_differences(store: &herald_postgres::PgStore) -> anyhow::Result<Vec<String>> {
+    use herald_ports::NotificationStore as _;
+    let mut differences = tally_differences(store.pool()).await?;
+    let answer = groups(&store.task_counts().await?);
+    let exact = exact_task_counts(store.pool()).await?;
+    if answer != exact {
+        differences.push(format!("the gauges answer {answer:?}, the exact count is {exact:?}"));
+    }
+    Ok(differences)
+}
