@@ -5,18 +5,19 @@
 -- -D batch=N. Each statement is one round trip, as for the worker.
 BEGIN;
 WITH picked AS MATERIALIZED (
-    SELECT t.user_id, t.id FROM delivery_task t
+    SELECT t.user_id, t.id, t.notification_id, t.channel, t.state, t.attempt_count, t.max_attempts,
+           t.next_attempt_at, t.reference::text AS reference, t.expires_at AS task_expires_at
+    FROM delivery_task t
     WHERE t.next_attempt_at <= now() AND t.channel = ANY('{push,sms}'::text[])
       AND (t.state <> 'SENDING' OR t.lease_until < now())
     ORDER BY t.next_attempt_at, t.id
     LIMIT :batch
     FOR NO KEY UPDATE OF t SKIP LOCKED),
   claimed AS (
-    SELECT t.user_id, t.id, t.state, t.attempt_count, t.max_attempts, t.reference::text AS reference, n.body,
-           COALESCE(t.expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled,
+    SELECT t.user_id, t.id, t.state, t.attempt_count, t.max_attempts, t.reference, n.body,
+           COALESCE(t.task_expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled,
            p.destination
-    FROM picked k
-    JOIN delivery_task t ON t.user_id = k.user_id AND t.id = k.id
+    FROM picked t
     JOIN notification n ON n.user_id = t.user_id AND n.id = t.notification_id
     LEFT JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel)
 SELECT COALESCE(array_agg(user_id), '{}') AS users, COALESCE(array_agg(id), '{}') AS ids FROM claimed

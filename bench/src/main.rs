@@ -283,7 +283,12 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
     herald.preferences().await?;
     herald.stop_all(false).await;
 
+    let (updates_before, hot_before) = herald.task_updates().await?;
     let d = herald.drain(plan.notifications, sizing).await?;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let (updates, hot) = herald.task_updates().await?;
+    figures.task_updates = Some((updates - updates_before, hot - hot_before));
+    say(format!("delivery_task updates during the drain: {} ({} HOT)", updates - updates_before, hot - hot_before));
     say(format!(
         "Herald drain, empty tables, {}: {} tasks in {:.2} s, {:.0}/s",
         sizing.describe(),

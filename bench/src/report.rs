@@ -84,6 +84,8 @@ pub struct Figures {
     pub submit: Option<f64>,
     /// Notifications per second through the whole path (submit and deliver at once).
     pub end_to_end: Option<f64>,
+    /// Updates of `delivery_task` during the first drain, and how many were HOT.
+    pub task_updates: Option<(i64, i64)>,
     pub latency: Option<Latency>,
     pub rss: Option<Rss>,
     pub graphile: Option<Drain>,
@@ -165,6 +167,14 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
         f.pgbench,
         "tasks",
     );
+    if let Some((updates, hot)) = f.task_updates {
+        let _ = writeln!(
+            t,
+            "| `delivery_task` updates during the empty-table drain that were HOT (`n_tup_hot_upd`) | {} of {} | — |",
+            thousands(hot as f64),
+            thousands(updates as f64)
+        );
+    }
     if let Some(s) = f.submit {
         let _ = writeln!(
             t,
