@@ -207,7 +207,7 @@ async fn main() -> anyhow::Result<()> {
     println!("\n{table}");
     if plan.write {
         let docs = root.join("docs");
-        std::fs::write(docs.join("BENCHMARKS.md"), report::benchmarks_md(&plan, &machine, &figures))?;
+        report::write_benchmarks(&docs.join("BENCHMARKS.md"), &report::benchmarks_md(&plan, &machine, &figures))?;
         std::fs::write(docs.join("benchmarks.svg"), report::chart(&figures))?;
         say("wrote docs/BENCHMARKS.md and docs/benchmarks.svg");
         if plan.scaling {

@@ -422,6 +422,18 @@ pub fn benchmarks_md(plan: &Plan, m: &Machine, f: &Figures) -> String {
     s
 }
 
+/// Where the generated part of docs/BENCHMARKS.md ends: what follows it is written by hand (the reading
+/// of the figures) and kept by every `--write`.
+const GENERATED_END: &str = "<!-- scripts/bench.sh --write: generated part ends; what follows is kept -->";
+
+/// Writes `generated` to `path`, keeping the hand-written part after [`GENERATED_END`] of the file there.
+pub fn write_benchmarks(path: &Path, generated: &str) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let kept = text.find(GENERATED_END).map_or("\n", |at| &text[at + GENERATED_END.len()..]);
+    std::fs::write(path, format!("{generated}\n{GENERATED_END}{kept}"))?;
+    Ok(())
+}
+
 const BEGIN: &str = "<!-- scripts/bench.sh --scaling --write: measured part begins -->";
 const END: &str = "<!-- scripts/bench.sh --scaling --write: measured part ends -->";
 
