@@ -7,6 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _};
+use std::collections::HashSet;
+
+use crate::cpu::{self, Split};
 use futures::StreamExt as _;
 use herald_standin::{Chaos, Kind, StandIn};
 use nix::sys::signal::{kill, Signal};
@@ -170,6 +173,8 @@ fn token(prefix: &str) -> String {
 pub struct Drain {
     pub tasks: u64,
     pub secs: f64,
+    /// Where the machine's CPU went meanwhile, when measured.
+    pub cpu: Option<Split>,
 }
 
 impl Drain {
@@ -379,11 +384,13 @@ impl Herald {
         let first = self.backlog(notifications, &["push", "sms"]).await?;
         sqlx::query("ANALYZE delivery_task").execute(&self.pool).await?;
         let tasks = notifications * 2;
-        self.workers(sizing, &[])?;
+        let before = cpu::snapshot();
+        let pids: HashSet<u32> = self.workers(sizing, &[])?.into_iter().collect();
         let secs = self.wait_drained(first, tasks, &StandIns::drained, Duration::from_secs(900)).await?;
+        let cpu = cpu::split(&before, &cpu::snapshot(), &pids, "");
         self.stop_all(false).await;
         self.check_sent(first, tasks).await?;
-        Ok(Drain { tasks, secs })
+        Ok(Drain { tasks, secs, cpu: Some(cpu) })
     }
 
     async fn check_sent(&self, first: i64, tasks: u64) -> anyhow::Result<()> {
@@ -648,7 +655,7 @@ impl Herald {
         .execute(&self.pool)
         .await?;
         sqlx::query("DELETE FROM delivery_task WHERE channel = 'limited'").execute(&self.pool).await?;
-        Ok(Drain { tasks: calls, secs })
+        Ok(Drain { tasks: calls, secs, cpu: None })
     }
 }
 

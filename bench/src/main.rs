@@ -9,6 +9,7 @@
 //! herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] [--history TASKS] [--profile NAME]
 //! ```
 
+mod cpu;
 mod herald;
 mod peers;
 mod report;

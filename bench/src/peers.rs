@@ -38,7 +38,7 @@ async fn run_peer(name: &str, command: &mut Command, log: &Path) -> anyhow::Resu
         .with_context(|| format!("the {name} peer printed no `drained` line; see {}\n{stdout}", log.display()))?;
     let words: Vec<&str> = line.split_whitespace().collect();
     let (tasks, secs): (u64, f64) = (words[1].parse()?, words[4].parse()?);
-    Ok(Drain { tasks, secs })
+    Ok(Drain { tasks, secs, cpu: None })
 }
 
 impl Peers {
@@ -86,7 +86,7 @@ impl Peers {
         ensure!(status.success(), "herald migrate (pgbench's database) failed: {status}");
         backlog(pool, 0, tasks / 2, &["push", "sms"]).await?;
         sqlx::query("VACUUM ANALYZE").execute(pool).await?;
-        let started = Instant::now();
+        let (started, before) = (Instant::now(), crate::cpu::snapshot());
         let out = Command::new("pgbench")
             .args(["-n", "-M", "prepared", "-j", "2"])
             .arg("-c")
@@ -103,6 +103,7 @@ impl Peers {
             .await
             .context("cannot run pgbench")?;
         let elapsed = started.elapsed().as_secs_f64();
+        let cpu = crate::cpu::split(&before, &crate::cpu::snapshot(), &std::collections::HashSet::new(), "pgbench");
         let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         std::fs::write(self.workdir.join("pgbench.log"), &text)?;
         ensure!(out.status.success(), "pgbench failed ({}):\n{text}", out.status);
@@ -111,6 +112,6 @@ impl Peers {
         let sent = u64::try_from(sent)?;
         // Ran dry: the backlog ended before the time did, and the rate counts the idle end.
         let dry = sent >= tasks;
-        Ok((Drain { tasks: sent, secs: if dry { elapsed } else { secs as f64 } }, dry))
+        Ok((Drain { tasks: sent, secs: if dry { elapsed } else { secs as f64 }, cpu: Some(cpu) }, dry))
     }
 }

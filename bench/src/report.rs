@@ -167,6 +167,23 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
         f.pgbench,
         "tasks",
     );
+    let cpu = |t: &mut String, what: &str, d: Option<Drain>, subject: &str| {
+        if let Some((d, c)) = d.and_then(|d| d.cpu.map(|c| (d, c))) {
+            let per = |secs: f64| secs * 1000.0 / d.tasks.max(1) as f64;
+            let _ = writeln!(
+                t,
+                "| CPU per task, {what} ({:.0} CPU-s in {:.0} s) | PostgreSQL {:.3} ms, {subject} {:.3} ms, harness and stand-ins {:.3} ms, other processes {:.3} ms | — |",
+                c.total(),
+                d.secs,
+                per(c.postgres),
+                per(c.subject),
+                per(c.harness),
+                per(c.other)
+            );
+        }
+    };
+    cpu(&mut t, "Herald's empty-table drain", f.drain, "`herald worker`");
+    cpu(&mut t, "pgbench of Herald's SQL", f.pgbench, "pgbench");
     if let Some((updates, hot)) = f.task_updates {
         let _ = writeln!(
             t,
