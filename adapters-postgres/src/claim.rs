@@ -90,7 +90,9 @@ const WRITE_DECISIONS: &str = "WITH u AS ( \
 /// One claim transaction: lock up to `limit` runnable rows, decide over all of them, store every
 /// decision together, commit. A constant number of statements whatever the batch size: the claim
 /// query; the egress rows of the batch's rate-limited channels, locked once each; the superseded
-/// holders' attempts closed in one statement; every task and attempt row written in one.
+/// holders' attempts closed in one statement; every task and attempt row written in one; and, for a
+/// batch that came back short, one read of the rate-limited channels passed over with tasks due
+/// ([`WAITING_FOR_SLOT`]), so the batch tells when their slot is free (`ClaimBatch::next_slot`).
 pub(crate) async fn claim(pool: &PgPool, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
     let mut tx = pool.begin().await.map_err(store_error)?;
     let (limited, spacing) = egress_spacing(&request.channels);
@@ -98,14 +100,69 @@ pub(crate) async fn claim(pool: &PgPool, request: &ClaimRequest) -> Result<Claim
         .bind(to_db(request.now))
         .bind(channel_names(&request.channels))
         .bind(i64::from(request.limit))
-        .bind(limited)
-        .bind(spacing)
+        .bind(&limited)
+        .bind(&spacing)
         .fetch_all(&mut *tx)
         .await
         .map_err(store_error)?;
-    let batch = claim_rows(&mut tx, rows, request).await?;
+    let mut batch = claim_rows(&mut tx, rows, request).await?;
+    let taken = batch.claimed.len() + batch.settled.len() + batch.deferred.len();
+    if !limited.is_empty() && taken < usize::try_from(request.limit).unwrap_or(usize::MAX) {
+        // A short claim: the worker would wait for its poll interval. Tell it when a channel passed
+        // over for its slot can be called again.
+        let slot = waiting_for_slot(&mut tx, request, &limited, &spacing).await?;
+        batch.next_slot = earliest(batch.next_slot, slot);
+    }
     tx.commit().await.map_err(store_error)?;
     Ok(batch)
+}
+
+/// The rate-limited channels (`$2`/`$3` as the claim query's `$4`/`$5`) whose egress slot is not free
+/// at `$1`, and that have a task runnable by the time it is (the claim query's runnable predicate at
+/// that instant): each with its latest reservation. Read, not locked — it only tells the worker when to
+/// claim again; the claim then decides under the row lock.
+const WAITING_FOR_SLOT: &str = "SELECT e.channel, e.last_call_at FROM channel_egress e \
+       JOIN unnest($2::text[], $3::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
+       CROSS JOIN LATERAL (SELECT e.last_call_at + r.spacing_ms * interval '1 millisecond' AS free_at) s \
+     WHERE s.free_at > $1 \
+       AND EXISTS (SELECT 1 FROM delivery_task t \
+             WHERE t.channel = e.channel AND t.next_attempt_at <= s.free_at \
+               AND (t.state <> 'SENDING' OR t.lease_until < s.free_at))";
+
+/// The earliest instant a rate-limited channel with work waiting, which the claim passed over, may be
+/// called again: the domain's egress decision at `now` over each such channel's latest reservation.
+async fn waiting_for_slot(
+    conn: &mut PgConnection,
+    request: &ClaimRequest,
+    limited: &[String],
+    spacing: &[i64],
+) -> Result<Option<Timestamp>, StoreError> {
+    let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(WAITING_FOR_SLOT)
+        .bind(to_db(request.now))
+        .bind(limited)
+        .bind(spacing)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(store_error)?;
+    let mut slot = None;
+    for (channel, last) in rows {
+        let Some(rules) = request.channels.get(&ChannelName(channel)) else { continue };
+        let free_at = match decide_egress(Some(from_db(last)), rules.min_interval, rules.egress_guard, request.now) {
+            EgressDecision::DeferUntil(until) => until,
+            // Free by the time this ran (the query and the decision agree, so only at the very instant).
+            EgressDecision::Go => request.now,
+        };
+        slot = earliest(slot, Some(free_at));
+    }
+    Ok(slot)
+}
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The rate-limited channels of a claim and the spacing of their egress reservations, as the claim
@@ -278,6 +335,7 @@ pub(crate) async fn claim_rows(
                             writes.transition(&p.task, &transition, None);
                         }
                         batch.deferred.push(Deferred { task_id: p.task.id, channel: p.task.channel.clone() });
+                        batch.next_slot = earliest(batch.next_slot, Some(until));
                         continue;
                     }
                     slots.insert(p.task.channel.as_str().to_owned(), Some(now));

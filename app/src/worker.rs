@@ -19,7 +19,7 @@ use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
 use herald_domain::classify::Classified;
 use herald_domain::{give_back, slot_kept, Action, IdempotencyKey, Jitter, Millis, Observation, TaskId, TaskState};
-use herald_domain::{Outcome, RetryPolicy};
+use herald_domain::{Outcome, RetryPolicy, SlotWait, Timestamp};
 use herald_ports::store::{ChannelTable, GiveBack};
 use herald_ports::{
     ChannelRegistry, ClaimRequest, ClaimedTask, Clock, DestinationCipher, FinishResult, NotificationStore,
@@ -113,9 +113,22 @@ struct Claim {
     tasks: Vec<ClaimedTask>,
     /// Taken before the claim's clock read (the egress guard and the lease are measured from here).
     clock_read: Instant,
+    /// The claim's `now`, and the instant its reading came back: the shared clock showed at least `now`
+    /// then, so `clock_answered + (t − now)` is an instant at which it shows at least `t`.
+    now: Timestamp,
+    clock_answered: Instant,
     claimed_at: Instant,
     /// Whether the claim took as many tasks as it asked for: there may be more.
     full: bool,
+    /// The earliest egress slot of a rate-limited channel with tasks due that the claim found taken.
+    next_slot: Option<Timestamp>,
+}
+
+impl Claim {
+    /// The instant of this process's monotonic clock by which the shared clock shows at least `at`.
+    fn instant_of(&self, at: Timestamp) -> Instant {
+        self.clock_answered + Duration::from_millis(at.since(self.now).0)
+    }
 }
 
 impl Worker {
@@ -198,6 +211,7 @@ impl Worker {
         // under-estimated (the egress guard, SPEC §7).
         let clock_read = Instant::now();
         let now = self.clock.now().await?;
+        let clock_answered = Instant::now();
         let request = ClaimRequest {
             worker: self.config.id.clone(),
             now,
@@ -243,7 +257,16 @@ impl Worker {
         }
         reports.extend(batch.deferred.iter().map(|d| Report::Deferred(d.task_id)));
         let full = taken >= usize::try_from(limit).unwrap_or(usize::MAX);
-        Ok(Claim { reports, tasks: batch.claimed, clock_read, claimed_at, full })
+        Ok(Claim {
+            reports,
+            tasks: batch.claimed,
+            clock_read,
+            now,
+            clock_answered,
+            claimed_at,
+            full,
+            next_slot: batch.next_slot,
+        })
     }
 
     /// Runs cycles until nothing is left to do or `max_cycles` have run; returns every report.
@@ -275,7 +298,9 @@ impl Worker {
     /// returns (unless the database fails, see [`Worker::run_once`]).
     ///
     /// After a claim that came back short (the queue is dry) it waits for whichever comes first: a
-    /// wake-up on `wake`, the poll interval, or shutdown. After a failed claim or finish it waits
+    /// wake-up on `wake`, the poll interval, the next free egress slot of a rate-limited channel with
+    /// tasks due (when the claim found one taken: [`SlotWait`], later by a backoff while other processes
+    /// keep taking it first), or shutdown. After a failed claim or finish it waits
     /// [`outage_backoff`] instead and ignores wake-ups, so a database outage costs a few log lines per
     /// worker and no crash loop. Claims that only deferred, and calls given back unmade, slow the next
     /// claims down ([`stalled_pause`]): a task given back is due again at once, and claiming it back
@@ -561,13 +586,26 @@ struct Pacing {
     failures: u32,
     /// Consecutive claims that only deferred, and calls given back, since the last progress.
     stalled: u32,
+    /// The egress slot the claims wait for, and the slots lost to other claimers in a row.
+    slot_wait: SlotWait,
+    /// When to claim for that slot (with the backoff after losses), on this process's clock.
+    slot: Option<Instant>,
     idle_poll: Duration,
 }
 
 impl Pacing {
     fn new(idle_poll: Duration) -> Pacing {
         let now = Instant::now();
-        Pacing { more: true, not_before: now, last_claim: now, failures: 0, stalled: 0, idle_poll }
+        Pacing {
+            more: true,
+            not_before: now,
+            last_claim: now,
+            failures: 0,
+            stalled: 0,
+            slot_wait: SlotWait::default(),
+            slot: None,
+            idle_poll,
+        }
     }
 
     fn may_claim(&self, now: Instant) -> bool {
@@ -588,6 +626,10 @@ impl Pacing {
         } else if made_progress(&claim.reports) {
             self.stalled = 0;
         }
+        let progress = !claim.tasks.is_empty() || made_progress(&claim.reports);
+        self.slot_wait = self.slot_wait.after_claim(claim.now, claim.next_slot, progress);
+        let cap = Millis(u64::try_from(self.idle_poll.as_millis()).unwrap_or(u64::MAX));
+        self.slot = self.slot_wait.claim_at(cap, Jitter::from_bits(rand::random())).map(|at| claim.instant_of(at));
     }
 
     /// When to look again if nothing else happens: `None` waits for a call to end, a wake-up or
@@ -604,7 +646,10 @@ impl Pacing {
             let pause = stalled_pause(self.stalled.max(1), self.idle_poll);
             return Some(self.not_before.max(self.last_claim + pause));
         }
-        Some(self.last_claim + self.idle_poll)
+        // The queue looked dry, but a rate-limited channel's tasks wait for its slot: claim when it is
+        // free rather than at the poll interval (whichever is sooner).
+        let poll = self.last_claim + self.idle_poll;
+        Some(self.slot.map_or(poll, |slot| slot.min(poll)))
     }
 }
 
@@ -978,6 +1023,155 @@ mod tests {
         let claimed = claims.lock().expect("claims").iter().map(|(limit, _)| u64::from(*limit)).sum::<u64>();
         assert_eq!(channel.now.load(Ordering::SeqCst), 0, "no call still in progress");
         assert_eq!(channel.calls.load(Ordering::SeqCst), claimed, "every claimed task was called, none after");
+    }
+
+    /// The shared clock as the database shows it: wall time.
+    fn wall_clock() -> MockClock {
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(|| {
+            let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+            Ok(Timestamp(i64::try_from(since_epoch.as_millis()).expect("in range")))
+        });
+        clock
+    }
+
+    /// A worker over `store` and `clock` whose one channel answers at once; polls only every hour.
+    fn slot_worker(store: MockNotificationStore, clock: MockClock) -> (Worker, Arc<SlowChannel>) {
+        let channel = Arc::new(SlowChannel {
+            name: ChannelName::from("push"),
+            delay: Duration::ZERO,
+            now: AtomicU64::new(0),
+            most: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+        });
+        let mut registry = MockChannelRegistry::new();
+        let dyn_channel: Arc<dyn herald_ports::Channel> = channel.clone();
+        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
+        registry.expect_get().returning(move |_| Some(dyn_channel.clone()));
+        let mut cipher = MockDestinationCipher::new();
+        cipher.expect_decrypt().returning(|_, _, _| Ok(SecretString::from("dest")));
+        let worker = Worker::new(
+            Arc::new(store),
+            Arc::new(registry),
+            Arc::new(cipher),
+            Arc::new(clock),
+            WorkerConfig { id: "w1".into(), lease: Millis(60_000), batch: 8, idle_poll: Duration::from_secs(3_600) },
+        );
+        (worker, channel)
+    }
+
+    /// Runs `worker`'s loop until `done` holds (or a safety limit of 20 s), then stops it.
+    async fn run_until(worker: Worker, done: impl Fn() -> bool) {
+        let (stop, stopped) = watch::channel(false);
+        let running = tokio::spawn(async move { worker.run(stopped, None).await });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        stop.send(true).expect("stop");
+        running.await.expect("loop");
+    }
+
+    /// Defect: a claim that found a rate-limited channel's slot taken (it deferred the channel's only
+    /// due task) made the loop wait for the poll interval — an hour here — though the store said when
+    /// the slot would be free. The next claim now comes at the slot.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_that_found_the_slot_taken_is_followed_by_one_when_it_is_free_not_at_the_poll() {
+        const SLOT_IN: Duration = Duration::from_millis(300);
+        let instants = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
+        let mut store = MockNotificationStore::new();
+        let seen = Arc::clone(&instants);
+        store.expect_claim().returning(move |request| {
+            let mut seen = seen.lock().expect("instants");
+            seen.push(Instant::now());
+            Ok(if seen.len() == 1 {
+                ClaimBatch {
+                    deferred: vec![herald_ports::Deferred { task_id: TaskId(7), channel: ChannelName::from("push") }],
+                    next_slot: Some(request.now + Millis(300)),
+                    ..ClaimBatch::default()
+                }
+            } else {
+                ClaimBatch::default()
+            })
+        });
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(|| Ok(NOW));
+        let (worker, _) = slot_worker(store, clock);
+        let seen = Arc::clone(&instants);
+        run_until(worker, move || seen.lock().expect("instants").len() >= 2).await;
+        let instants = instants.lock().expect("instants").clone();
+        assert!(instants.len() >= 2, "no second claim within 20 s (the poll interval is an hour)");
+        let gap = instants[1] - instants[0];
+        assert!(gap >= SLOT_IN, "claimed again {gap:?} after, before the slot was free");
+        assert!(gap < Duration::from_secs(10), "claimed again only {gap:?} after: not at the slot");
+        assert_eq!(instants.len(), 2, "one claim when the slot is free, then idle: {instants:?}");
+    }
+
+    /// A store that behaves like one rate-limited channel with an endless backlog: one call per 40 ms
+    /// slot, and every claim tells when the next slot is free. Polling every hour, the loop calls at the
+    /// slots — and claims about once per slot, never in a spin.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_calls_a_rate_limited_channel_at_its_slots_with_one_claim_per_slot() {
+        const SPACING: Millis = Millis(40);
+        let claims = Arc::new(AtomicU64::new(0));
+        let last_call = Arc::new(std::sync::Mutex::new(None::<Timestamp>));
+        let mut store = MockNotificationStore::new();
+        let (counted, last) = (Arc::clone(&claims), Arc::clone(&last_call));
+        store.expect_claim().returning(move |request| {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let mut last = last.lock().expect("last call");
+            match *last {
+                Some(at) if request.now < at + SPACING => {
+                    Ok(ClaimBatch { next_slot: Some(at + SPACING), ..ClaimBatch::default() })
+                }
+                _ => {
+                    *last = Some(request.now);
+                    let task = claimed(i64::try_from(n).expect("small"));
+                    Ok(ClaimBatch {
+                        claimed: vec![task],
+                        next_slot: Some(request.now + SPACING),
+                        ..ClaimBatch::default()
+                    })
+                }
+            }
+        });
+        store
+            .expect_finish_batch()
+            .returning(|records| Ok(records.iter().map(|_| Ok(FinishResult::Applied)).collect()));
+        let (worker, channel) = slot_worker(store, wall_clock());
+        let calls = Arc::clone(&channel);
+        run_until(worker, move || calls.calls.load(Ordering::SeqCst) >= 10).await;
+        let (calls, claims) = (channel.calls.load(Ordering::SeqCst), claims.load(Ordering::SeqCst));
+        assert!(calls >= 10, "{calls} calls within 20 s: the loop waited for its hourly poll");
+        // Every claim at a slot calls; a claim that came early (a wake-up) only learns the slot.
+        assert!(claims <= 2 * calls + 2, "{claims} claims for {calls} calls");
+    }
+
+    /// Other processes take every slot first: a claimer that keeps losing backs off instead of coming at
+    /// every slot (here 20 ms apart) — and never spins, even on a store that keeps answering that the
+    /// slot is free right now but never gives it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_that_keeps_losing_the_slot_backs_off() {
+        const SPACING: i64 = 20;
+        for free_now in [false, true] {
+            let claims = Arc::new(AtomicU64::new(0));
+            let mut store = MockNotificationStore::new();
+            let counted = Arc::clone(&claims);
+            store.expect_claim().returning(move |request| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                // Another process reserved a slot on the 20 ms grid; the next one is free after it.
+                let next = if free_now { request.now } else { Timestamp((request.now.0 / SPACING + 1) * SPACING) };
+                Ok(ClaimBatch { next_slot: Some(next), ..ClaimBatch::default() })
+            });
+            let (worker, channel) = slot_worker(store, wall_clock());
+            let started = Instant::now();
+            run_until(worker, || started.elapsed() >= Duration::from_millis(600)).await;
+            let claims = claims.load(Ordering::SeqCst);
+            assert_eq!(channel.calls.load(Ordering::SeqCst), 0);
+            // 30 slots in 600 ms; backing off 5, 10, 20, 40 … ms after each lost one leaves about ten
+            // claims. A spin makes thousands.
+            assert!((1..=15).contains(&claims), "{claims} claims in 600 ms (slot free now: {free_now})");
+        }
     }
 
     #[tokio::test]

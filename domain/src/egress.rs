@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::retry::{Jitter, RetryPolicy};
 use crate::task::{TaskSnapshot, TaskState, Transition};
 use crate::time::{Millis, Timestamp};
 
@@ -105,6 +106,59 @@ pub fn deferral(
     }
 }
 
+/// The first pause after a slot that another claimer took, doubled with every further loss in a row.
+pub const SLOT_BACKOFF_BASE: Millis = Millis(10);
+
+/// A claimer's wait for the next free egress slot of a rate-limited channel with tasks due.
+///
+/// A claim that finds such a channel's slot taken (it defers the channel's tasks, or passes the channel
+/// over) reports when the slot is free again; the claimer claims again at that instant rather than at its
+/// poll interval, so one claimer keeps a channel at its configured rate. Every claimer (every process)
+/// learns the same slot, and only one of them gets it: a claim made at or after the slot it waited for
+/// that called nothing and found the slot taken again *lost* it. Each loss in a row moves the next claim
+/// further after the slot ([`SLOT_BACKOFF_BASE`] doubling, equal jitter, at most `cap` — the poll
+/// interval), so the claimer that keeps winning claims at every slot while the others fall back to about
+/// one claim per `cap`, and a slot reported as already free (a clock that stepped) never turns into a
+/// spin. A claim that calls or settles something, or finds no slot to wait for, starts over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotWait {
+    /// The slot the last claim reported.
+    pub free_at: Option<Timestamp>,
+    /// Slots lost in a row.
+    pub lost: u32,
+}
+
+impl SlotWait {
+    /// The wait after a claim made at `now` that reported `next` (the earliest free slot of a channel
+    /// with tasks due whose slot it found taken) and did (`progress`) or did not call or settle anything.
+    #[must_use]
+    pub fn after_claim(self, now: Timestamp, next: Option<Timestamp>, progress: bool) -> SlotWait {
+        let Some(next) = next else { return SlotWait::default() };
+        let came_for_the_slot = self.free_at.is_some_and(|slot| now >= slot);
+        let lost = if progress {
+            0
+        } else if came_for_the_slot {
+            self.lost.saturating_add(1)
+        } else {
+            // A claim before the slot (a wake-up, the poll): it could not have had the slot.
+            self.lost
+        };
+        SlotWait { free_at: Some(next), lost }
+    }
+
+    /// When to claim again for the slot: at the slot itself, or, after slots lost in a row, a jittered
+    /// backoff of at most `cap` later. `None`: no slot to wait for.
+    #[must_use]
+    pub fn claim_at(self, cap: Millis, jitter: Jitter) -> Option<Timestamp> {
+        let slot = self.free_at?;
+        if self.lost == 0 {
+            return Some(slot);
+        }
+        let backoff = RetryPolicy { max_attempts: u32::MAX, base: SLOT_BACKOFF_BASE, cap }.backoff(self.lost, jitter);
+        Some(slot + backoff)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +212,58 @@ mod tests {
         let t = give_back(true, Some(Timestamp(3)), Timestamp(7));
         assert_eq!((t.state, t.outcome_uncertain, t.uncertain_since), (TaskState::Unknown, true, Some(Timestamp(3))));
         assert!(!t.is_parked());
+    }
+
+    #[test]
+    fn a_claimer_that_got_its_slot_or_came_early_claims_at_the_next_slot() {
+        let cap = Millis(1_000);
+        // A claim that called and found the channel's next slot 25 ms on.
+        let wait = SlotWait::default().after_claim(Timestamp(100), Some(Timestamp(125)), true);
+        assert_eq!(wait, SlotWait { free_at: Some(Timestamp(125)), lost: 0 });
+        assert_eq!(wait.claim_at(cap, Jitter::new(0.9)), Some(Timestamp(125)), "at the slot, no jitter");
+        // The claim that follows at once (the last one was full) finds the same slot: not a loss.
+        let wait = wait.after_claim(Timestamp(101), Some(Timestamp(125)), false);
+        assert_eq!(wait.lost, 0);
+        // At the slot it calls again: still no loss.
+        let wait = wait.after_claim(Timestamp(125), Some(Timestamp(150)), true);
+        assert_eq!(wait, SlotWait { free_at: Some(Timestamp(150)), lost: 0 });
+        // Nothing left to wait for.
+        assert_eq!(wait.after_claim(Timestamp(150), None, true), SlotWait::default());
+        assert_eq!(SlotWait::default().claim_at(cap, Jitter::NONE), None);
+    }
+
+    #[test]
+    fn a_claimer_that_keeps_losing_the_slot_backs_off_up_to_the_cap() {
+        let cap = Millis(1_000);
+        let mut wait = SlotWait::default().after_claim(Timestamp(0), Some(Timestamp(25)), false);
+        let mut pauses = Vec::new();
+        for n in 1..=10_i64 {
+            // Each claim comes at (or after) the slot it waited for and finds it taken by someone else.
+            let now = wait.claim_at(cap, Jitter::NONE).expect("a slot");
+            wait = wait.after_claim(now, Some(now + Millis(25)), false);
+            assert_eq!(wait.lost, u32::try_from(n).expect("small"));
+            pauses.push(wait.claim_at(cap, Jitter::NONE).expect("a slot").since(now + Millis(25)).0);
+        }
+        assert_eq!(pauses, vec![5, 10, 20, 40, 80, 160, 320, 500, 500, 500], "equal jitter's lower half, capped");
+        let late = wait.claim_at(cap, Jitter::new(0.999)).expect("a slot");
+        assert!(late <= wait.free_at.expect("slot") + cap, "never more than the cap after the slot");
+        // Winning a slot starts over.
+        let wait = wait.after_claim(Timestamp(10_000), Some(Timestamp(10_025)), true);
+        assert_eq!(wait.claim_at(cap, Jitter::new(0.5)), Some(Timestamp(10_025)));
+    }
+
+    #[test]
+    fn a_slot_reported_as_already_free_is_not_a_spin() {
+        // A store that keeps answering "free now" but never gives the slot: every claim counts as lost.
+        let cap = Millis(1_000);
+        let mut wait = SlotWait::default();
+        let mut at = Timestamp(0);
+        let mut claims = 0;
+        while at < Timestamp(1_000) {
+            wait = wait.after_claim(at, Some(at), false);
+            at = wait.claim_at(cap, Jitter::NONE).expect("a slot").max(at);
+            claims += 1;
+        }
+        assert!(claims <= 12, "{claims} claims in one second");
     }
 }

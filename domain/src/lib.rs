@@ -29,7 +29,7 @@ pub use contract::{
     Capability, ChannelContract, ChannelKind, ChannelRules, OnUnknown, Policy, QueryConsistency, RefusalProof,
 };
 pub use digest::{decide_digest, DigestDecision, DigestRule, OpenDigest};
-pub use egress::{decide_egress, default_guard, deferral, give_back, slot_kept, EgressDecision};
+pub use egress::{decide_egress, default_guard, deferral, give_back, slot_kept, EgressDecision, SlotWait};
 pub use finish::{finish, FinishContext};
 pub use ids::{
     check_user_id, AttemptToken, ChannelName, EventKey, IdempotencyKey, NotificationId, NotificationRef, TaskId,

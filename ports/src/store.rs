@@ -191,6 +191,13 @@ pub struct ClaimBatch {
     pub deferred: Vec<Deferred>,
     /// The channel of each attempt found holding an expired lease and marked `LEASE_EXPIRED`.
     pub lease_expired: Vec<ChannelName>,
+    /// When the claim found the egress slot of a rate-limited channel taken while tasks of it are due —
+    /// it deferred them, or passed the channel over — the earliest instant such a slot is free again
+    /// (`herald_domain::decide_egress`'s `DeferUntil`): a claim then may call the channel, one before
+    /// it may not, so the worker claims again at that instant rather than at its poll interval. `None`
+    /// when no channel with tasks due waits for its slot. A claim that came back full need not look
+    /// for channels it passed over: the next claim follows at once and tells.
+    pub next_slot: Option<Timestamp>,
 }
 
 /// A task a claim deferred because its channel's egress slot was not free.

@@ -12,6 +12,7 @@ use herald_app::worker::{Report, Worker, WorkerConfig};
 use herald_domain::{Millis, TaskState, Timestamp};
 use herald_ports::{Clock, StoreError};
 use herald_tests::clock::ManualClock;
+use herald_tests::wait::wait_until;
 use herald_tests::world::{ClockMode, World, T0};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -236,4 +237,157 @@ async fn deferrals_and_lease_expiries_are_counted_per_channel() {
     let text = metrics.render();
     assert!(text.contains("herald_deferrals_total{channel=\"miao\"}"), "{text}");
     assert!(text.contains("herald_lease_expiries_total{channel=\"push\"}"), "{text}");
+}
+
+/// A claim that finds a rate-limited channel's slot taken while tasks of it are due tells when the slot
+/// is free again — whether it deferred the tasks or passed the channel over — and tells nothing once no
+/// task of the channel waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_tells_when_the_slot_of_a_channel_with_tasks_due_is_free() {
+    use herald_ports::store::ClaimRequest;
+
+    let world = World::with(ClockMode::Manual, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = Some(10_000);
+    })
+    .await
+    .expect("world");
+    world.user("a", &["miao"]).await.expect("a");
+    world.user("b", &["miao"]).await.expect("b");
+    world.user("c", &["push"]).await.expect("c");
+    world.submit("a", "e1", HOUR, None).await.expect("submit a");
+    world.submit("b", "e1", HOUR, None).await.expect("submit b");
+    world.submit("c", "e1", HOUR, None).await.expect("submit c");
+    let services = world.services();
+    let claim = |limit| {
+        let (store, clock, table) = (services.store.clone(), services.clock.clone(), world.table());
+        async move {
+            let now = clock.now().await.expect("now");
+            let request = ClaimRequest { worker: "w".into(), now, lease: Millis(60_000), limit, channels: table };
+            store.claim(&request).await.expect("claim")
+        }
+    };
+    // Interval 10 s + default guard 1 s.
+    let slot = T0 + Millis(11_000);
+
+    let batch = claim(10).await;
+    assert_eq!((batch.claimed.len(), batch.deferred.len()), (2, 1), "push and one miao call; one deferred");
+    assert_eq!(batch.next_slot, Some(slot), "the deferred task's slot");
+
+    world.advance(5_000);
+    let batch = claim(10).await;
+    assert!(batch.claimed.is_empty() && batch.deferred.is_empty(), "miao is passed over: {batch:?}");
+    assert_eq!(batch.next_slot, Some(slot), "passed over, and told when its slot is free");
+
+    world.advance(6_000);
+    let batch = claim(10).await;
+    assert_eq!(batch.claimed.len(), 1, "the second miao task at its slot: {batch:?}");
+    assert_eq!(batch.next_slot, None, "no miao task waits for the next slot (the others are being sent)");
+}
+
+/// One worker, polling only every hour and woken by nothing, drains a backlog on a channel with a 100 ms
+/// interval at the channel's slots: it claims again when the slot is free, once per slot, instead of
+/// waiting for its poll. (Before, it made one call and then waited the hour: the wait below, which is a
+/// safety limit and not a timing assertion, gave up.) The guard is generous so that a slow claim on a
+/// loaded machine does not give its call back (each give-back costs a slot and a claim).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_claims_a_rate_limited_channel_at_its_slots_not_at_its_poll() {
+    const INTERVAL_MS: u64 = 100;
+    const GUARD_MS: u64 = 200;
+    const TASKS: usize = 6;
+    let world = World::with(ClockMode::Database, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = Some(INTERVAL_MS);
+        miao.egress_guard_ms = Some(GUARD_MS);
+    })
+    .await
+    .expect("world");
+    for n in 0..TASKS {
+        let user = format!("u{n}");
+        world.user(&user, &["miao"]).await.expect("user");
+        world.submit(&user, "e1", HOUR, None).await.expect("submit");
+    }
+    let worker = Arc::new(world.services().worker(WorkerConfig {
+        id: "w1".into(),
+        lease: Millis(60_000),
+        batch: 8,
+        idle_poll: Duration::from_secs(3_600),
+    }));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn({
+        let worker = Arc::clone(&worker);
+        async move { worker.run(stopped, None).await }
+    });
+    wait_until("every task sent without a poll", || async { world.miao.sends() == TASKS as u64 }).await;
+    stop.send(true).expect("stop");
+    running.await.expect("loop");
+
+    let claims = worker.cycles_run();
+    let mut times = world.miao.request_times();
+    times.sort();
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    let mean = gaps.iter().sum::<Duration>() / u32::try_from(gaps.len()).expect("few");
+    println!(
+        "{TASKS} calls at a {INTERVAL_MS} ms interval (+{GUARD_MS} ms guard) by one worker: {claims} claims, mean gap \
+         {:.1} ms",
+        mean.as_secs_f64() * 1000.0
+    );
+    assert!(gaps.iter().all(|g| *g >= Duration::from_millis(INTERVAL_MS)), "the interval holds: {gaps:?}");
+    // One claim per slot: each takes the slot it woke for, and the last finds nothing more to wait for.
+    // Claims made in a hurry (a spin) would be hundreds.
+    assert!(claims <= 2 * TASKS as u64, "{claims} claims for {TASKS} calls");
+}
+
+/// Three worker loops (as three processes would) compete for one channel's slots: each learns the same
+/// slot and only one gets it. Every loop claims at most about once per slot — the ones that keep losing
+/// back off — and the channel still runs at its slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn competing_workers_claim_at_most_once_per_slot_each() {
+    const INTERVAL_MS: u64 = 100;
+    const GUARD_MS: u64 = 200;
+    const TASKS: usize = 6;
+    const LOOPS: usize = 3;
+    let world = World::with(ClockMode::Database, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = Some(INTERVAL_MS);
+        miao.egress_guard_ms = Some(GUARD_MS);
+    })
+    .await
+    .expect("world");
+    for n in 0..TASKS {
+        let user = format!("u{n}");
+        world.user(&user, &["miao"]).await.expect("user");
+        world.submit(&user, "e1", HOUR, None).await.expect("submit");
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    let mut running = Vec::new();
+    for n in 0..LOOPS {
+        let worker = Arc::new(world.services().worker(WorkerConfig {
+            id: format!("w{n}"),
+            lease: Millis(60_000),
+            batch: 8,
+            idle_poll: Duration::from_secs(3_600),
+        }));
+        let (worker_in_loop, stopped) = (Arc::clone(&worker), stopped.clone());
+        running.push(tokio::spawn(async move { worker_in_loop.run(stopped, None).await }));
+        workers.push(worker);
+    }
+    wait_until("every task sent without a poll", || async { world.miao.sends() == TASKS as u64 }).await;
+    stop.send(true).expect("stop");
+    for loop_ in running {
+        loop_.await.expect("loop");
+    }
+
+    let claims: Vec<u64> = workers.iter().map(|w| w.cycles_run()).collect();
+    let mut times = world.miao.request_times();
+    times.sort();
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    println!("{TASKS} calls, {INTERVAL_MS} ms + {GUARD_MS} ms, {LOOPS} competing loops: claims per loop {claims:?}");
+    assert!(gaps.iter().all(|g| *g >= Duration::from_millis(INTERVAL_MS)), "the interval holds: {gaps:?}");
+    // About one slot per task (a call given back costs one more): no loop claims more often than that,
+    // plus the claim that learns the first slot and one that finds nothing left.
+    for (n, c) in claims.iter().enumerate() {
+        assert!(*c <= 2 * TASKS as u64, "loop {n} made {c} claims for {TASKS} slots: {claims:?}");
+    }
 }
