@@ -75,7 +75,7 @@ pub(crate) async fn create(
 
     let (mut tasks, mut merged) = (Vec::new(), Vec::new());
     for (channel, rules) in channels.0.iter().filter(|(name, _)| enabled.iter().any(|e| e == name.as_str())) {
-        let budget = new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1);
+        let budget = budget(new, rules);
         match create_task(&mut tx, new, NotificationId(id), channel, rules, budget, now).await? {
             Placed::Task(summary) => tasks.push(summary),
             Placed::Merged(digest_task_id) => merged.push(Merged { channel: channel.clone(), digest_task_id }),
@@ -90,6 +90,11 @@ pub(crate) async fn create(
         merged,
         differs: Vec::new(),
     })
+}
+
+/// A task's attempt budget: the notification's `max_attempts` when given, else the channel's; at least 1.
+fn budget(new: &NewNotification, rules: &ChannelRules) -> u32 {
+    new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1)
 }
 
 /// A submission whose notification exists: nothing is written; the answer is the stored one, its tasks
@@ -137,11 +142,7 @@ async fn create_at_once(
     channels: &ChannelTable,
     now: Timestamp,
 ) -> Result<Option<Created>, StoreError> {
-    let budgets: Vec<i32> = channels
-        .0
-        .iter()
-        .map(|(_, rules)| count_i32(new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1)))
-        .collect();
+    let budgets: Vec<i32> = channels.0.iter().map(|(_, rules)| count_i32(budget(new, rules))).collect();
     let rows: Vec<AtOnceRow> = sqlx::query_as(AT_ONCE)
         .bind(new.user_id.as_str())
         .bind(new.event_key.as_str())
@@ -565,7 +566,7 @@ pub(crate) async fn create_many(
                 if !enabled.contains(&(new.user_id.as_str().to_owned(), channel.as_str().to_owned())) {
                     continue;
                 }
-                let budget = new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1);
+                let budget = budget(new, rules);
                 if rules.digest.is_some() && new.thread_key.is_some() {
                     digest.push((i, id, channel, rules, budget));
                 } else {

@@ -693,6 +693,14 @@ mod tests {
 
     use crate::test_support::webhook_rules as rules;
 
+    /// A registry of one channel, `push`.
+    fn push_registry(channel: Arc<dyn herald_ports::Channel>) -> MockChannelRegistry {
+        let mut registry = MockChannelRegistry::new();
+        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
+        registry.expect_get().returning(move |_| Some(channel.clone()));
+        registry
+    }
+
     fn claimed(task: i64) -> ClaimedTask {
         ClaimedTask {
             task_id: TaskId(task),
@@ -756,9 +764,7 @@ mod tests {
             });
         }
         let channel: Arc<dyn herald_ports::Channel> = Arc::new(channel);
-        let mut registry = MockChannelRegistry::new();
-        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
-        registry.expect_get().returning(move |_| Some(channel.clone()));
+        let registry = push_registry(channel);
         let mut cipher = MockDestinationCipher::new();
         cipher.expect_decrypt().times(sends).returning(|_, _, _| Ok(SecretString::from("dest")));
         let mut clock = MockClock::new();
@@ -788,9 +794,7 @@ mod tests {
         channel.expect_outbound_text().returning(|body, _| body.to_owned());
         channel.expect_send().times(0);
         let channel: Arc<dyn herald_ports::Channel> = Arc::new(channel);
-        let mut registry = MockChannelRegistry::new();
-        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
-        registry.expect_get().returning(move |_| Some(channel.clone()));
+        let registry = push_registry(channel);
         let mut cipher = MockDestinationCipher::new();
         cipher.expect_decrypt().returning(|_, _, _| Ok(SecretString::from("dest")));
         // A slow clock read (say, a long wait for a pool connection) spends the lease before the call.
@@ -872,9 +876,7 @@ mod tests {
         channel.expect_outbound_text().returning(|body, _| body.to_owned());
         channel.expect_send().times(0);
         let channel: Arc<dyn herald_ports::Channel> = Arc::new(channel);
-        let mut registry = MockChannelRegistry::new();
-        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
-        registry.expect_get().returning(move |_| Some(channel.clone()));
+        let registry = push_registry(channel);
         let mut cipher = MockDestinationCipher::new();
         cipher.expect_decrypt().returning(|_, _, _| Ok(SecretString::from("dest")));
         let mut clock = MockClock::new();
@@ -963,10 +965,7 @@ mod tests {
             finished.fetch_add(records.len() as u64, Ordering::SeqCst);
             Ok(records.iter().map(|_| Ok(FinishResult::Applied)).collect())
         });
-        let mut registry = MockChannelRegistry::new();
-        let dyn_channel: Arc<dyn herald_ports::Channel> = channel.clone();
-        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
-        registry.expect_get().returning(move |_| Some(dyn_channel.clone()));
+        let registry = push_registry(channel.clone());
         let mut cipher = MockDestinationCipher::new();
         cipher.expect_decrypt().returning(|_, _, _| Ok(SecretString::from("dest")));
         let mut clock = MockClock::new();
@@ -1044,10 +1043,7 @@ mod tests {
             most: AtomicU64::new(0),
             calls: AtomicU64::new(0),
         });
-        let mut registry = MockChannelRegistry::new();
-        let dyn_channel: Arc<dyn herald_ports::Channel> = channel.clone();
-        registry.expect_names().returning(|| vec![ChannelName::from("push")]);
-        registry.expect_get().returning(move |_| Some(dyn_channel.clone()));
+        let registry = push_registry(channel.clone());
         let mut cipher = MockDestinationCipher::new();
         cipher.expect_decrypt().returning(|_, _, _| Ok(SecretString::from("dest")));
         let worker = Worker::new(

@@ -285,6 +285,29 @@ async fn the_claim_tells_when_the_slot_of_a_channel_with_tasks_due_is_free() {
     assert_eq!(batch.next_slot, None, "no miao task waits for the next slot (the others are being sent)");
 }
 
+/// The Miaotixing channel's slots in the two tests below, and the tasks due on it.
+const SLOT_INTERVAL_MS: u64 = 100;
+const SLOT_GUARD_MS: u64 = 200;
+const SLOT_TASKS: usize = 6;
+
+/// A world whose Miaotixing channel is rate-limited (`SLOT_INTERVAL_MS` + `SLOT_GUARD_MS`: generous, so that a slow
+/// claim on a loaded machine does not give its call back), with `SLOT_TASKS` users each owing one call on it.
+async fn slotted_miao_backlog() -> World {
+    let world = World::with(ClockMode::Database, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.min_interval_ms = Some(SLOT_INTERVAL_MS);
+        miao.egress_guard_ms = Some(SLOT_GUARD_MS);
+    })
+    .await
+    .expect("world");
+    for n in 0..SLOT_TASKS {
+        let user = format!("u{n}");
+        world.user(&user, &["miao"]).await.expect("user");
+        world.submit(&user, "e1", HOUR, None).await.expect("submit");
+    }
+    world
+}
+
 /// One worker, polling only every hour and woken by nothing, drains a backlog on a channel with a 100 ms
 /// interval at the channel's slots: it claims again when the slot is free, once per slot, instead of
 /// waiting for its poll. (Before, it made one call and then waited the hour: the wait below, which is a
@@ -292,21 +315,7 @@ async fn the_claim_tells_when_the_slot_of_a_channel_with_tasks_due_is_free() {
 /// loaded machine does not give its call back (each give-back costs a slot and a claim).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_worker_claims_a_rate_limited_channel_at_its_slots_not_at_its_poll() {
-    const INTERVAL_MS: u64 = 100;
-    const GUARD_MS: u64 = 200;
-    const TASKS: usize = 6;
-    let world = World::with(ClockMode::Database, |configs| {
-        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
-        miao.min_interval_ms = Some(INTERVAL_MS);
-        miao.egress_guard_ms = Some(GUARD_MS);
-    })
-    .await
-    .expect("world");
-    for n in 0..TASKS {
-        let user = format!("u{n}");
-        world.user(&user, &["miao"]).await.expect("user");
-        world.submit(&user, "e1", HOUR, None).await.expect("submit");
-    }
+    let world = slotted_miao_backlog().await;
     let worker = Arc::new(world.services().worker(WorkerConfig {
         id: "w1".into(),
         lease: Millis(60_000),
@@ -318,7 +327,7 @@ async fn one_worker_claims_a_rate_limited_channel_at_its_slots_not_at_its_poll()
         let worker = Arc::clone(&worker);
         async move { worker.run(stopped, None).await }
     });
-    wait_until("every task sent without a poll", || async { world.miao.sends() == TASKS as u64 }).await;
+    wait_until("every task sent without a poll", || async { world.miao.sends() == SLOT_TASKS as u64 }).await;
     stop.send(true).expect("stop");
     running.await.expect("loop");
 
@@ -328,14 +337,14 @@ async fn one_worker_claims_a_rate_limited_channel_at_its_slots_not_at_its_poll()
     let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
     let mean = gaps.iter().sum::<Duration>() / u32::try_from(gaps.len()).expect("few");
     println!(
-        "{TASKS} calls at a {INTERVAL_MS} ms interval (+{GUARD_MS} ms guard) by one worker: {claims} claims, mean gap \
+        "{SLOT_TASKS} calls at a {SLOT_INTERVAL_MS} ms interval (+{SLOT_GUARD_MS} ms guard) by one worker: {claims} claims, mean gap \
          {:.1} ms",
         mean.as_secs_f64() * 1000.0
     );
-    assert!(gaps.iter().all(|g| *g >= Duration::from_millis(INTERVAL_MS)), "the interval holds: {gaps:?}");
+    assert!(gaps.iter().all(|g| *g >= Duration::from_millis(SLOT_INTERVAL_MS)), "the interval holds: {gaps:?}");
     // One claim per slot: each takes the slot it woke for, and the last finds nothing more to wait for.
     // Claims made in a hurry (a spin) would be hundreds.
-    assert!(claims <= 2 * TASKS as u64, "{claims} claims for {TASKS} calls");
+    assert!(claims <= 2 * SLOT_TASKS as u64, "{claims} claims for {SLOT_TASKS} calls");
 }
 
 /// Three worker loops (as three processes would) compete for one channel's slots: each learns the same
@@ -343,22 +352,8 @@ async fn one_worker_claims_a_rate_limited_channel_at_its_slots_not_at_its_poll()
 /// back off — and the channel still runs at its slots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn competing_workers_claim_at_most_once_per_slot_each() {
-    const INTERVAL_MS: u64 = 100;
-    const GUARD_MS: u64 = 200;
-    const TASKS: usize = 6;
     const LOOPS: usize = 3;
-    let world = World::with(ClockMode::Database, |configs| {
-        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
-        miao.min_interval_ms = Some(INTERVAL_MS);
-        miao.egress_guard_ms = Some(GUARD_MS);
-    })
-    .await
-    .expect("world");
-    for n in 0..TASKS {
-        let user = format!("u{n}");
-        world.user(&user, &["miao"]).await.expect("user");
-        world.submit(&user, "e1", HOUR, None).await.expect("submit");
-    }
+    let world = slotted_miao_backlog().await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
     let mut running = Vec::new();
@@ -373,7 +368,7 @@ async fn competing_workers_claim_at_most_once_per_slot_each() {
         running.push(tokio::spawn(async move { worker_in_loop.run(stopped, None).await }));
         workers.push(worker);
     }
-    wait_until("every task sent without a poll", || async { world.miao.sends() == TASKS as u64 }).await;
+    wait_until("every task sent without a poll", || async { world.miao.sends() == SLOT_TASKS as u64 }).await;
     stop.send(true).expect("stop");
     for loop_ in running {
         loop_.await.expect("loop");
@@ -383,11 +378,11 @@ async fn competing_workers_claim_at_most_once_per_slot_each() {
     let mut times = world.miao.request_times();
     times.sort();
     let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
-    println!("{TASKS} calls, {INTERVAL_MS} ms + {GUARD_MS} ms, {LOOPS} competing loops: claims per loop {claims:?}");
-    assert!(gaps.iter().all(|g| *g >= Duration::from_millis(INTERVAL_MS)), "the interval holds: {gaps:?}");
+    println!("{SLOT_TASKS} calls, {SLOT_INTERVAL_MS} ms + {SLOT_GUARD_MS} ms, {LOOPS} competing loops: claims per loop {claims:?}");
+    assert!(gaps.iter().all(|g| *g >= Duration::from_millis(SLOT_INTERVAL_MS)), "the interval holds: {gaps:?}");
     // About one slot per task (a call given back costs one more): no loop claims more often than that,
     // plus the claim that learns the first slot and one that finds nothing left.
     for (n, c) in claims.iter().enumerate() {
-        assert!(*c <= 2 * TASKS as u64, "loop {n} made {c} claims for {TASKS} slots: {claims:?}");
+        assert!(*c <= 2 * SLOT_TASKS as u64, "loop {n} made {c} claims for {SLOT_TASKS} slots: {claims:?}");
     }
 }
