@@ -6,9 +6,17 @@ use std::collections::{HashMap, HashSet};
 /// `/proc` counts CPU time in USER_HZ ticks, 100 per second on Linux whatever the kernel's own HZ.
 const TICKS_PER_SEC: f64 = 100.0;
 
-/// CPU ticks (user + system) of every process at one moment, with its command name.
+/// CPU ticks of every process at one moment, with its command name: its own (user + system) and those
+/// of its children that ended and were waited for.
 pub struct Snapshot {
-    by_pid: HashMap<u32, (String, u64)>,
+    by_pid: HashMap<u32, Ticks>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Ticks {
+    comm: String,
+    own: u64,
+    reaped: u64,
 }
 
 /// Reads every process's CPU time now.
@@ -27,9 +35,9 @@ pub fn snapshot() -> Snapshot {
     Snapshot { by_pid }
 }
 
-/// `pid (comm) state ppid …`: the command (which may hold spaces and parentheses) and utime + stime,
-/// fields 14 and 15.
-fn parse_stat(stat: &str) -> Option<(String, u64)> {
+/// `pid (comm) state ppid …`: the command (which may hold spaces and parentheses), utime + stime (fields
+/// 14 and 15) and cutime + cstime (16 and 17: children waited for).
+fn parse_stat(stat: &str) -> Option<Ticks> {
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
     let comm = stat.get(open + 1..close)?.to_owned();
@@ -37,7 +45,9 @@ fn parse_stat(stat: &str) -> Option<(String, u64)> {
     // fields[0] is field 3 (state), so field N is fields[N - 3].
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((comm, utime + stime))
+    let cutime: u64 = fields.get(13)?.parse().ok()?;
+    let cstime: u64 = fields.get(14)?.parse().ok()?;
+    Some(Ticks { comm, own: utime + stime, reaped: cutime + cstime })
 }
 
 /// CPU seconds by part between two snapshots.
@@ -59,27 +69,73 @@ impl Split {
     }
 }
 
+/// The parts of [`Split`].
+#[derive(Clone, Copy)]
+enum Part {
+    Postgres,
+    Subject,
+    Harness,
+    Other,
+}
+
+impl Split {
+    fn add(&mut self, part: Part, ticks: i64) {
+        let secs = ticks as f64 / TICKS_PER_SEC;
+        match part {
+            Part::Postgres => self.postgres += secs,
+            Part::Subject => self.subject += secs,
+            Part::Harness => self.harness += secs,
+            Part::Other => self.other += secs,
+        }
+    }
+}
+
 /// The CPU seconds spent between `before` and `after`: PostgreSQL's processes (command `postgres`),
 /// the processes of `subject` (by pid, or by command name for programs the harness does not start by
-/// pid), this process, and the rest. A process that started in between counts from zero; one that
-/// ended in between is not seen (take `after` before stopping the subject).
+/// pid), this process, and the rest. A process that started in between counts from zero. A process that
+/// ended in between is counted through its parent, which adds the whole life of a child it waited for to
+/// its own children's time: the postmaster for a backend (a peer's connections close with the peer), this
+/// process for the programs it runs — the only ones to end within a phase are the subject's (pgbench, a
+/// peer's runner) — so what such a process had spent before the phase is taken off again.
 #[must_use]
 pub fn split(before: &Snapshot, after: &Snapshot, subject_pids: &HashSet<u32>, subject_comm: &str) -> Split {
     let me = std::process::id();
-    let mut s = Split::default();
-    for (pid, (comm, ticks)) in &after.by_pid {
-        let earlier = before.by_pid.get(pid).filter(|(c, _)| c == comm).map_or(0, |(_, t)| *t);
-        let secs = ticks.saturating_sub(earlier) as f64 / TICKS_PER_SEC;
+    let part = |pid: u32, comm: &str| {
         if comm == "postgres" {
-            s.postgres += secs;
-        } else if subject_pids.contains(pid) || (!subject_comm.is_empty() && comm == subject_comm) {
-            s.subject += secs;
-        } else if *pid == me {
-            s.harness += secs;
+            Part::Postgres
+        } else if subject_pids.contains(&pid) || (!subject_comm.is_empty() && comm == subject_comm) {
+            Part::Subject
+        } else if pid == me {
+            Part::Harness
         } else {
-            s.other += secs;
+            Part::Other
         }
+    };
+    // Whose are the children a process waited for: the postmaster's are PostgreSQL's, this process's
+    // the subject's, anyone else's their parent's kind.
+    let reaped_part = |pid: u32, comm: &str| match part(pid, comm) {
+        Part::Harness => Part::Subject,
+        other => other,
+    };
+    let same = |pid: &u32, t: &Ticks| before.by_pid.get(pid).filter(|b| b.comm == t.comm);
+    let mut s = Split::default();
+    for (pid, now) in &after.by_pid {
+        let (own, reaped) = same(pid, now).map_or((0, 0), |b| (b.own, b.reaped));
+        s.add(part(*pid, &now.comm), now.own.saturating_sub(own) as i64);
+        s.add(reaped_part(*pid, &now.comm), now.reaped.saturating_sub(reaped) as i64);
     }
+    for (pid, gone) in &before.by_pid {
+        if after.by_pid.get(pid).is_some_and(|a| a.comm == gone.comm) {
+            continue;
+        }
+        // Its parent now counts all of it, under the part it belonged to: a backend's under the
+        // postmaster's, a subject's under this process's (if it was waited for: otherwise this undercounts).
+        s.add(part(*pid, &gone.comm), -((gone.own + gone.reaped) as i64));
+    }
+    s.postgres = s.postgres.max(0.0);
+    s.subject = s.subject.max(0.0);
+    s.harness = s.harness.max(0.0);
+    s.other = s.other.max(0.0);
     s
 }
 
@@ -90,8 +146,41 @@ mod tests {
     #[test]
     fn a_stat_line_gives_its_command_and_cpu_ticks() {
         let line = "4242 (tokio (rt) x) S 1 2 3 4 5 6 7 8 9 10 120 30 0 0 20 0 8 0 100 0 0";
-        assert_eq!(parse_stat(line), Some(("tokio (rt) x".to_owned(), 150)));
+        assert_eq!(parse_stat(line), Some(Ticks { comm: "tokio (rt) x".to_owned(), own: 150, reaped: 0 }));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    fn snapshot_of(processes: &[(u32, &str, u64, u64)]) -> Snapshot {
+        Snapshot {
+            by_pid: processes
+                .iter()
+                .map(|&(pid, comm, own, reaped)| (pid, Ticks { comm: comm.to_owned(), own, reaped }))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_backend_that_ends_within_the_phase_counts_through_the_postmaster_for_its_time_in_the_phase() {
+        // Backend 11 had spent 0.40 s before the phase and ended with 0.60 s; backend 12 started and
+        // ended within it (0.25 s); backend 13 lives on (0.10 s more). The postmaster waited for both.
+        let before = snapshot_of(&[(10, "postgres", 5, 100), (11, "postgres", 40, 0), (13, "postgres", 7, 0)]);
+        let after = snapshot_of(&[(10, "postgres", 5, 100 + 60 + 25), (13, "postgres", 17, 0)]);
+        let s = split(&before, &after, &HashSet::new(), "");
+        assert!((s.postgres - 0.55).abs() < 1e-9, "{s:?}");
+        // Without the children's time only the living backend's 0.10 s would be seen.
+        assert!(s.harness == 0.0 && s.subject == 0.0 && s.other == 0.0, "{s:?}");
+    }
+
+    #[test]
+    fn a_program_this_process_ran_to_its_end_counts_as_the_subject() {
+        let before = snapshot();
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .status()
+            .expect("sh runs");
+        assert!(status.success());
+        let s = split(&before, &snapshot(), &HashSet::new(), "pgbench");
+        assert!(s.subject > 0.1, "{s:?}");
     }
 
     #[test]
