@@ -419,7 +419,10 @@ pub fn benchmarks_md(plan: &Plan, m: &Machine, f: &Figures) -> String {
          * **pgbench**: Herald's own statements (`bench/pgbench/claim_finish.sql`: the claim query and the \
          batch's write in one transaction, then one batched fenced finish) over {ptasks} PENDING tasks in \
          Herald's schema, {pclients} clients for {psecs} s: the database's limit for this shape of work, with \
-         no Rust, HTTP or stand-in in the way.\n",
+         no Rust, HTTP or stand-in in the way.\n\
+         * **CPU per task**: user + system time from `/proc/PID/stat` over the phase, by process: PostgreSQL \
+         (every `postgres` process, and through the postmaster the backends that ended within the phase), the \
+         subject (`herald worker`, or pgbench), this harness with its in-process stand-ins, everything else.\n",
         users = crate::herald::USERS,
         hist = history_label(plan),
         hist_secs = f.history_secs.map(|s| format!(" (written in {s:.0} s)")).unwrap_or_default(),
