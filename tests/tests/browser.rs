@@ -550,6 +550,7 @@ async fn journey_the_egress_interval_is_shown_and_holds_a_second_test_send() {
     let page = o.goto("/console/overview").await;
     assert!(page.contains("<td>10 s</td>"), "the interval");
     assert!(page.contains("<time datetime="), "the next free slot");
+    assert!(page.contains(" UTC</time>"), "the slot reads to the second in UTC, not as RFC 3339");
     o.screenshot("18-egress-overview.png").await;
     o.close().await;
     println!("journey egress interval: passed");

@@ -117,6 +117,19 @@ pub fn signin(w: &Words) -> Markup {
     }
 }
 
+/// A moment as the console shows it, the same in every language: `2026-12-03 20:26:53 UTC`, to the second.
+/// The `<time>` element carries the exact instant (RFC 3339, milliseconds) for machines and as its tooltip.
+fn moment(at: herald_domain::Timestamp) -> Markup {
+    let exact = rfc3339(at);
+    html! { time datetime=(exact) title=(exact) { (shown(at)) } }
+}
+
+/// The text of [`moment`].
+fn shown(at: herald_domain::Timestamp) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(at.as_millis())
+        .map_or_else(|| rfc3339(at), |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+}
+
 fn millis_words(ms: u64) -> String {
     if ms == 0 {
         "—".into()
@@ -148,7 +161,7 @@ pub fn overview(w: &Words, now: herald_domain::Timestamp, channels: &[ChannelOve
                             td { (w.contract(c.rules.contract.capability)) }
                             td { (millis_words(c.rules.min_interval.0)) }
                             td { @match c.next_slot {
-                                Some(at) if at > now => { time datetime=(rfc3339(at)) { (rfc3339(at)) } },
+                                Some(at) if at > now => { (moment(at)) },
                                 _ => { (w.slot_free) }
                             } }
                             td { @if c.tasks.iter().all(|t| t.parked) { (w.none) } ul.plain { @for t in c.tasks.iter().filter(|t| !t.parked) {
@@ -185,8 +198,8 @@ pub fn timeline(w: &Words, attempts: &[AttemptView]) -> Markup {
                     td { @if let Some(action) = a.action { code { (action) } } @else { "—" } }
                     td { @if let Some(o) = a.outcome { code { (o) } br; span.words { (w.outcome(o)) } } @else { "…" } }
                     td { @if let Some(o) = a.late_outcome { code { (o) } br; span.words { (w.outcome(o)) } } }
-                    td { time datetime=(rfc3339(a.started_at)) { (rfc3339(a.started_at)) } }
-                    td { @if let Some(at) = a.finished_at { time datetime=(rfc3339(at)) { (rfc3339(at)) } } }
+                    td { (moment(a.started_at)) }
+                    td { @if let Some(at) = a.finished_at { (moment(at)) } }
                     td {
                         @if let Some(note) = &a.note { span.note { (note) } }
                         @else if let Some(detail) = &a.detail { (detail) }
@@ -246,7 +259,7 @@ pub fn review(
                 dl {
                     dt { (w.notification) } dd { a href={"/console/notifications/" (task.notification_ref)} { (task.notification_ref) } }
                     dt { (w.reference) } dd { code { (task.reference) } }
-                    dt { (w.parked_since) } dd { time datetime=(rfc3339(*parked_at)) { (rfc3339(*parked_at)) } }
+                    dt { (w.parked_since) } dd { (moment(*parked_at)) }
                     dt { (w.attempts_spent) } dd { (task.attempt_count) }
                 }
                 h3 { (w.why_parked) }
@@ -293,8 +306,8 @@ pub fn notification(w: &Words, view: &NotificationView) -> Markup {
             dt { (w.user) } dd { a href={"/console/users/" (view.user_id) "/inbox"} { (view.user_id) } }
             dt { (w.event_key) } dd { code { (view.event_key) } }
             dt { (w.body) } dd { (view.body) }
-            dt { (w.created) } dd { (rfc3339(view.created_at)) }
-            dt { (w.expires) } dd { (rfc3339(view.expires_at)) }
+            dt { (w.created) } dd { (moment(view.created_at)) }
+            dt { (w.expires) } dd { (moment(view.expires_at)) }
         }
         @if view.tasks.is_empty() { p { (w.in_app_only) } }
         @for task in &view.tasks {
@@ -348,7 +361,7 @@ pub fn inbox(w: &Words, session: Option<&Session>, items: &[InboxItem], next: Op
                 li.item.unread[item.read_at.is_none()] #{"n-" (item.notification_ref)} {
                     p.body { (item.body) }
                     p.meta {
-                        time datetime=(rfc3339(item.created_at)) { (rfc3339(item.created_at)) }
+                        (moment(item.created_at))
                         " · "
                         @if item.read_at.is_none() { strong.badge { (w.unread) } } @else { span { (w.read) } }
                     }
@@ -422,5 +435,23 @@ pub fn message(text: &str, link: Option<(&str, &str)>) -> Markup {
         p { (text) }
         @if let Some((href, words)) = link { p { a href=(href) { (words) } } }
         (PreEscaped(""))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use herald_domain::Timestamp;
+
+    use super::*;
+
+    #[test]
+    fn a_moment_reads_to_the_second_in_utc_and_keeps_the_exact_instant_in_its_markup() {
+        // 2026-12-03T20:26:53.789Z
+        let at = Timestamp(1_796_329_613_789);
+        assert_eq!(shown(at), "2026-12-03 20:26:53 UTC");
+        assert_eq!(
+            moment(at).into_string(),
+            "<time datetime=\"2026-12-03T20:26:53.789Z\" title=\"2026-12-03T20:26:53.789Z\">2026-12-03 20:26:53 UTC</time>"
+        );
     }
 }
