@@ -11,7 +11,9 @@ use herald_domain::{
     Timestamp, UserId,
 };
 use herald_ports::store::{ChannelTable, Created, Merged, NewNotification, StoreError, StoredSubmission, TaskSummary};
-use sqlx::{PgConnection, PgPool};
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryAs;
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use crate::convert::{channel_names, count_i32, count_u32, from_db, store_error, to_db};
 use crate::rows::TaskSummaryRow;
@@ -37,17 +39,14 @@ pub(crate) async fn create(
         };
     }
     let mut tx = pool.begin().await.map_err(store_error)?;
-    let inserted: Option<(i64, uuid::Uuid)> = sqlx::query_as(
-        "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id",
+    let inserted: Option<(i64, uuid::Uuid)> = bind_notification(
+        sqlx::query_as(
+            "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id",
+        ),
+        new,
+        now,
     )
-    .bind(new.user_id.as_str())
-    .bind(new.event_key.as_str())
-    .bind(&new.body)
-    .bind(new.thread_key.as_ref().map(|k| k.as_str()))
-    .bind(new.max_attempts.map(count_i32))
-    .bind(to_db(now))
-    .bind(to_db(now + new.ttl))
     .fetch_optional(&mut *tx)
     .await
     .map_err(store_error)?;
@@ -97,6 +96,23 @@ fn budget(new: &NewNotification, rules: &ChannelRules) -> u32 {
     new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1)
 }
 
+/// Binds the notification's own columns as `$1`–`$7` — user, event key, body, thread, attempt budget,
+/// created, expires — as both inserting statements of a create take them.
+fn bind_notification<'q, O>(
+    query: QueryAs<'q, Postgres, O, PgArguments>,
+    new: &'q NewNotification,
+    now: Timestamp,
+) -> QueryAs<'q, Postgres, O, PgArguments> {
+    query
+        .bind(new.user_id.as_str())
+        .bind(new.event_key.as_str())
+        .bind(&new.body)
+        .bind(new.thread_key.as_ref().map(|k| k.as_str()))
+        .bind(new.max_attempts.map(count_i32))
+        .bind(to_db(now))
+        .bind(to_db(now + new.ttl))
+}
+
 /// A submission whose notification exists: nothing is written; the answer is the stored one, its tasks
 /// and digest memberships, with the differences of `new` from it. Under READ COMMITTED the conflicting
 /// insert waited for the other transaction, and these new statements see its committed row.
@@ -143,14 +159,7 @@ async fn create_at_once(
     now: Timestamp,
 ) -> Result<Option<Created>, StoreError> {
     let budgets: Vec<i32> = channels.0.iter().map(|(_, rules)| count_i32(budget(new, rules))).collect();
-    let rows: Vec<AtOnceRow> = sqlx::query_as(AT_ONCE)
-        .bind(new.user_id.as_str())
-        .bind(new.event_key.as_str())
-        .bind(&new.body)
-        .bind(new.thread_key.as_ref().map(|k| k.as_str()))
-        .bind(new.max_attempts.map(count_i32))
-        .bind(to_db(now))
-        .bind(to_db(now + new.ttl))
+    let rows: Vec<AtOnceRow> = bind_notification(sqlx::query_as(AT_ONCE), new, now)
         .bind(channel_names(channels))
         .bind(&budgets)
         .fetch_all(pool)

@@ -19,16 +19,22 @@ use tokio::process::Command;
 
 const HOUR: u64 = 3_600_000;
 
-/// Two recipients on a 10 s channel: the second call waits for interval + guard (11 s), with no attempt
-/// spent and its row untouched (still due: it keeps its place), and happens once the clock gets there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deferred_task_waits_untouched_for_the_next_slot() {
-    let world = World::with(ClockMode::Manual, |configs| {
+/// A world on the manual clock whose Miaotixing channel may be called once every 10 s (plus the default
+/// guard).
+async fn miao_every_ten_seconds() -> World {
+    World::with(ClockMode::Manual, |configs| {
         let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
         miao.min_interval_ms = Some(10_000);
     })
     .await
-    .expect("world");
+    .expect("world")
+}
+
+/// Two recipients on a 10 s channel: the second call waits for interval + guard (11 s), with no attempt
+/// spent and its row untouched (still due: it keeps its place), and happens once the clock gets there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_task_waits_untouched_for_the_next_slot() {
+    let world = miao_every_ten_seconds().await;
     world.user("a", &["miao"]).await.expect("a");
     world.user("b", &["miao"]).await.expect("b");
     let first = world.submit("a", "e1", HOUR, None).await.expect("submit a");
@@ -208,12 +214,7 @@ async fn deferrals_and_lease_expiries_are_counted_per_channel() {
     use herald_ports::store::ClaimRequest;
 
     let metrics = herald_tests::api::metrics_handle();
-    let world = World::with(ClockMode::Manual, |configs| {
-        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
-        miao.min_interval_ms = Some(10_000);
-    })
-    .await
-    .expect("world");
+    let world = miao_every_ten_seconds().await;
     world.user("c", &["push"]).await.expect("c");
     world.submit("c", "e1", HOUR, None).await.expect("submit c");
     // A holder that takes the push task and is never heard of again.
@@ -246,12 +247,7 @@ async fn deferrals_and_lease_expiries_are_counted_per_channel() {
 async fn the_claim_tells_when_the_slot_of_a_channel_with_tasks_due_is_free() {
     use herald_ports::store::ClaimRequest;
 
-    let world = World::with(ClockMode::Manual, |configs| {
-        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
-        miao.min_interval_ms = Some(10_000);
-    })
-    .await
-    .expect("world");
+    let world = miao_every_ten_seconds().await;
     world.user("a", &["miao"]).await.expect("a");
     world.user("b", &["miao"]).await.expect("b");
     world.user("c", &["push"]).await.expect("c");
