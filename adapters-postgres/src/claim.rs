@@ -15,34 +15,40 @@ use uuid::Uuid;
 use crate::convert::{channel_names, from_db, opt_from_db, opt_to_db, store_error, to_db};
 use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 
-/// The claim query (SPEC §4). `next_attempt_at` doubles as the lease end while SENDING, so one partial
-/// index, `(next_attempt_at, id)`, serves both halves of the runnable predicate and the order; the domain
-/// re-checks each row.
+/// The claim query (SPEC §4). The schedule is `task_queue` (migration `0012`: one row per task with a due
+/// time, kept by triggers on `delivery_task`); `next_attempt_at` doubles as the lease end while SENDING, so
+/// the queue's index `(due_at, task_id)` serves both halves of the runnable predicate and the order. The
+/// domain re-checks each row.
 ///
-/// The task rows are chosen and locked in a `MATERIALIZED` selection of their own (`FOR NO KEY UPDATE`:
-/// the claim never changes a key, so creates inserting attempt rows that reference a task are not
-/// blocked), and only the rows locked there are joined to their notification and preference. Every task
-/// column the decision reads comes out of that selection: a row updated by a finish that committed
-/// while the statement ran is locked in its new version, and only the locking selection returns that
-/// version — a second read of `delivery_task` in the same statement would see the version of the
-/// statement's snapshot, from before the finish, and decide on a state that no longer exists.
+/// Queue rows are chosen and locked first (`SKIP LOCKED`: that lock is what keeps two claims apart), then
+/// their task rows in a `MATERIALIZED` selection of their own (`FOR NO KEY UPDATE`: the claim never
+/// changes a key, so creates inserting attempt rows that reference a task are not blocked; `SKIP LOCKED`
+/// too, so a claim never waits for a writer, which locks the task before the queue row). The runnable
+/// predicate is checked again on the locked task. Every task column the decision reads comes out of that
+/// selection: a row updated by a finish that committed while the statement ran is locked in its new
+/// version, and only the locking selection returns that version — a second read of `delivery_task` in
+/// the same statement would see the version of the statement's snapshot, from before the finish, and
+/// decide on a state that no longer exists.
 ///
 /// Oldest due first, ties by id, so a backlog drains in order. A rate-limited channel whose next egress
 /// slot is not free yet (`$4`/`$5`: the channels with an interval and their spacing, interval + guard,
 /// in ms) is not selected at all: its backlog keeps its due times untouched and is taken, oldest first,
 /// once the slot is free. The egress decision under the row lock remains the rule; this only spares
 /// claims that could not call anyway.
-pub(crate) const CLAIM_QUERY: &str = concat!(
-    "WITH picked AS MATERIALIZED (SELECT ",
-    task_decision_columns!(),
-    ", t.reference::text AS reference, t.expires_at AS task_expires_at FROM delivery_task t \
-       WHERE t.next_attempt_at <= $1 AND t.channel = ANY($2) \
-         AND (t.state <> 'SENDING' OR t.lease_until < $1) \
+pub const CLAIM_QUERY: &str = concat!(
+    "WITH due AS MATERIALIZED (SELECT q.user_id, q.task_id FROM task_queue q \
+       WHERE q.due_at <= $1 AND q.channel = ANY($2) \
          AND NOT EXISTS (SELECT 1 FROM channel_egress e \
                JOIN unnest($4::text[], $5::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
-               WHERE e.channel = t.channel AND e.last_call_at > $1 - r.spacing_ms * interval '1 millisecond') \
-       ORDER BY t.next_attempt_at, t.id \
+               WHERE e.channel = q.channel AND e.last_call_at > $1 - r.spacing_ms * interval '1 millisecond') \
+       ORDER BY q.due_at, q.task_id \
        LIMIT $3 \
+       FOR NO KEY UPDATE OF q SKIP LOCKED), \
+     picked AS MATERIALIZED (SELECT ",
+    task_decision_columns!(),
+    ", t.reference::text AS reference, t.expires_at AS task_expires_at \
+       FROM due JOIN delivery_task t ON t.user_id = due.user_id AND t.id = due.task_id \
+       WHERE t.next_attempt_at <= $1 AND (t.state <> 'SENDING' OR t.lease_until < $1) \
        FOR NO KEY UPDATE OF t SKIP LOCKED) \
      SELECT ",
     task_decision_columns!(),
@@ -125,8 +131,8 @@ const WAITING_FOR_SLOT: &str = "SELECT e.channel, e.last_call_at FROM channel_eg
        JOIN unnest($2::text[], $3::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
        CROSS JOIN LATERAL (SELECT e.last_call_at + r.spacing_ms * interval '1 millisecond' AS free_at) s \
      WHERE s.free_at > $1 \
-       AND EXISTS (SELECT 1 FROM delivery_task t \
-             WHERE t.channel = e.channel AND t.next_attempt_at <= s.free_at \
+       AND EXISTS (SELECT 1 FROM task_queue q JOIN delivery_task t ON t.user_id = q.user_id AND t.id = q.task_id \
+             WHERE q.channel = e.channel AND q.due_at <= s.free_at \
                AND (t.state <> 'SENDING' OR t.lease_until < s.free_at))";
 
 /// The earliest instant a rate-limited channel with work waiting, which the claim passed over, may be

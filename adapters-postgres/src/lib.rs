@@ -34,6 +34,7 @@ mod views;
 #[cfg(feature = "negative-controls")]
 pub mod negative;
 
+pub use claim::CLAIM_QUERY;
 pub use clock::PgClock;
 pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
 pub use rows::PARKED;

@@ -10,12 +10,14 @@ use crate::convert::{channel_names, opt_to_db, store_error, to_db};
 use crate::rows::ClaimRow;
 use crate::store::PgStore;
 
-/// NC1, first half: reads runnable tasks **without locking them** (no `FOR NO KEY UPDATE … SKIP LOCKED`).
+/// NC1, first half: reads runnable tasks **without locking them** (neither the queue rows nor the tasks:
+/// no `FOR NO KEY UPDATE … SKIP LOCKED`).
 ///
 /// # Errors
 /// Store failures.
 pub async fn select_without_lock(store: &PgStore, request: &ClaimRequest) -> Result<Vec<PgRow>, StoreError> {
-    let query = CLAIM_QUERY.replace("FOR NO KEY UPDATE OF t SKIP LOCKED", "");
+    let query =
+        CLAIM_QUERY.replace("FOR NO KEY UPDATE OF q SKIP LOCKED", "").replace("FOR NO KEY UPDATE OF t SKIP LOCKED", "");
     let (limited, spacing) = egress_spacing(&request.channels);
     sqlx::query(&query)
         .bind(to_db(request.now))

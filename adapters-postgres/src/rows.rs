@@ -21,21 +21,13 @@ use uuid::Uuid;
 
 use crate::convert::{count_u32, from_db, opt_from_db, parse_code};
 
-/// The text of [`PARKED`], for `concat!`.
-macro_rules! parked {
-    () => {
-        "(t.state = 'UNKNOWN' AND t.needs_review AND t.next_attempt_at IS NULL)"
-    };
-}
-pub(crate) use parked;
-
 /// "Parked" (SPEC §6) in SQL, over `delivery_task` named `t`: uncertain, waiting for a human, never
-/// claimed again — the predicate of `TaskSnapshot::is_parked`, and the only place this crate spells it. The
-/// partial index `delivery_task_parked` (`migrations/0001_core.sql`) is declared with the same predicate,
-/// which is what lets the planner use it for the review list; the task tally's triggers
-/// (`migrations/0010_task_tally.sql`) classify rows with `herald_task_parked`, the same predicate as a
-/// SQL function. Unit tests below keep both migrations equal to this text.
-pub const PARKED: &str = parked!();
+/// claimed again — the predicate of `TaskSnapshot::is_parked`, and the only place this crate spells it.
+/// The migrations spell it once, as the SQL function `herald_task_parked` (`migrations/0010_task_tally.sql`),
+/// which the task tally's triggers classify rows with and which defines the generated column `parked_at`
+/// (`migrations/0012_task_queue.sql`) the review list reads through its partial indexes. Unit tests below
+/// keep both migrations equal to this text.
+pub const PARKED: &str = "(t.state = 'UNKNOWN' AND t.needs_review AND t.next_attempt_at IS NULL)";
 
 /// The columns of a task row that decisions read ([`TaskDecisionRow`]), over `delivery_task` named `t`.
 macro_rules! task_decision_columns {
@@ -472,16 +464,18 @@ impl From<DestinationRow> for StoredDestination {
 mod tests {
     use super::PARKED;
 
-    /// The review list is served by the partial index `delivery_task_parked` only while the index is
-    /// declared with the predicate the queries use; the migration is applied and checksummed, so it is
-    /// `PARKED` that must follow it.
+    /// The review list reads `parked_at`, which is set exactly for the rows `herald_task_parked` (checked
+    /// against `PARKED` below) calls parked, and its indexes hold those rows and no others.
     #[test]
-    fn the_parked_index_is_declared_with_the_parked_predicate() {
-        let migration = include_str!("../../migrations/0001_core.sql");
-        let predicate = PARKED.replace("t.", "");
-        let predicate = predicate.trim_start_matches('(').trim_end_matches(')');
-        let index = format!("CREATE INDEX delivery_task_parked ON delivery_task (updated_at)\n    WHERE {predicate};");
-        assert!(migration.contains(&index), "{index}");
+    fn the_review_list_column_is_parked_by_the_parked_function() {
+        let migration = include_str!("../../migrations/0012_task_queue.sql");
+        let column = "GENERATED ALWAYS AS (CASE WHEN herald_task_parked(state, needs_review, next_attempt_at) \
+                      THEN updated_at END) STORED;";
+        assert!(migration.contains(column), "{column}");
+        for index in ["delivery_task (parked_at, id)", "delivery_task (channel, parked_at, id)"] {
+            let declared = format!("{index} WHERE parked_at IS NOT NULL;");
+            assert!(migration.contains(&declared), "{declared}");
+        }
     }
 
     /// The task gauges read the tally the triggers of migration `0010` keep; they tell parked tasks

@@ -13,8 +13,9 @@ use crate::convert::{from_db, store_error, to_db};
 
 /// Whether a real delivery of `channel` is due now: a test send on a rate-limited channel waits behind it.
 /// The claim's runnable filter without the lease half (a task being sent holds no slot it still needs).
-const DELIVERY_WAITING: &str = "SELECT EXISTS (SELECT 1 FROM delivery_task t \
-     WHERE t.channel = $1 AND t.next_attempt_at <= $2 AND t.state <> 'SENDING')";
+const DELIVERY_WAITING: &str = "SELECT EXISTS (SELECT 1 FROM task_queue q \
+       JOIN delivery_task t ON t.user_id = q.user_id AND t.id = q.task_id \
+     WHERE q.channel = $1 AND q.due_at <= $2 AND t.state <> 'SENDING')";
 
 /// Reserves one test send of `user` on `channel` at `now`: refused by the quota (nothing written), or —
 /// on a channel with an egress interval — by a real delivery waiting for the channel or a slot not free

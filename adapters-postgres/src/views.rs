@@ -14,8 +14,8 @@ use sqlx::PgPool;
 
 use crate::convert::{from_db, store_error, to_db};
 use crate::rows::{
-    parked, task_view_columns, AttemptRow, EgressRow, IdRow, InboxChannelRow, InboxRow, NotificationRow,
-    OutcomeCountRow, ParkedRow, TaskCountRow, TaskViewRow,
+    task_view_columns, AttemptRow, EgressRow, IdRow, InboxChannelRow, InboxRow, NotificationRow, OutcomeCountRow,
+    ParkedRow, TaskCountRow, TaskViewRow,
 };
 
 /// The attempts of several tasks, each named by (user, task) — `$1` users, `$2` task ids, pairwise — so
@@ -35,13 +35,12 @@ const TASKS_OF_NOTIFICATION: &str = concat!(
 );
 
 /// The review list (SPEC §6): parked tasks, longest waiting first. Served by the partial index
-/// `delivery_task_parked`, declared with the same predicate.
+/// `delivery_task_parked` on `parked_at` (migration `0012`: the moment a task parked, NULL unless it is
+/// parked by `herald_task_parked`, the SQL spelling of [`PARKED`](crate::PARKED)).
 const PARKED_TASKS: &str = concat!(
     "SELECT ",
     task_view_columns!(),
-    " FROM delivery_task t WHERE ",
-    parked!(),
-    " ORDER BY updated_at, id LIMIT $1"
+    " FROM delivery_task t WHERE parked_at IS NOT NULL ORDER BY parked_at, id LIMIT $1"
 );
 
 /// The task gauges: tasks per channel and state, parked ones in their own group — read from the tally
@@ -225,15 +224,14 @@ pub(crate) async fn compact_task_tally(pool: &PgPool) -> Result<u64, StoreError>
 }
 
 /// The review queue with the console's filters: served by `delivery_task_parked` (no channel) or
-/// `delivery_task_parked_by_channel` (migration `0005`), both partial indexes on the parked predicate,
-/// in `(updated_at, id)` order — the keyset the next page continues from.
+/// `delivery_task_parked_by_channel`, both partial indexes on `parked_at` (migration `0012`), in
+/// `(parked_at, id)` order — the keyset the next page continues from.
 pub const PARKED_PAGE: &str = concat!(
-    "SELECT updated_at AS parked_at, ",
+    "SELECT parked_at, ",
     task_view_columns!(),
-    " FROM delivery_task t WHERE ",
-    parked!(),
-    " AND ($1::text IS NULL OR channel = $1) AND ($2::timestamptz IS NULL OR updated_at <= $2) \
-     AND ($3::timestamptz IS NULL OR (updated_at, id) > ($3, $4)) ORDER BY updated_at, id LIMIT $5"
+    " FROM delivery_task t WHERE parked_at IS NOT NULL \
+     AND ($1::text IS NULL OR channel = $1) AND ($2::timestamptz IS NULL OR parked_at <= $2) \
+     AND ($3::timestamptz IS NULL OR (parked_at, id) > ($3, $4)) ORDER BY parked_at, id LIMIT $5"
 );
 
 pub(crate) async fn parked_page(pool: &PgPool, filter: &ParkedFilter) -> Result<Vec<ParkedTask>, StoreError> {

@@ -2,16 +2,20 @@
 -- for this shape of work). Mirrors adapters-postgres/src/claim.rs (CLAIM_QUERY, then WRITE_DECISIONS in
 -- the same transaction) and a batched fenced finish (one UPDATE … FROM unnest for the tasks and one for
 -- the attempts), every decision being "send now" and every call accepted. Run with -M prepared and
--- -D batch=N. Each statement is one round trip, as for the worker.
+-- -D batch=N. Each statement is one round trip, as for the worker. The claim picks from `task_queue`
+-- (migration 0012), which the triggers on `delivery_task` keep in step with the writes below.
 BEGIN;
-WITH picked AS MATERIALIZED (
+WITH due AS MATERIALIZED (
+    SELECT q.user_id, q.task_id FROM task_queue q
+    WHERE q.due_at <= now() AND q.channel = ANY('{push,sms}'::text[])
+    ORDER BY q.due_at, q.task_id
+    LIMIT :batch
+    FOR NO KEY UPDATE OF q SKIP LOCKED),
+  picked AS MATERIALIZED (
     SELECT t.user_id, t.id, t.notification_id, t.channel, t.state, t.attempt_count, t.max_attempts,
            t.next_attempt_at, t.reference::text AS reference, t.expires_at AS task_expires_at
-    FROM delivery_task t
-    WHERE t.next_attempt_at <= now() AND t.channel = ANY('{push,sms}'::text[])
-      AND (t.state <> 'SENDING' OR t.lease_until < now())
-    ORDER BY t.next_attempt_at, t.id
-    LIMIT :batch
+    FROM due JOIN delivery_task t ON t.user_id = due.user_id AND t.id = due.task_id
+    WHERE t.next_attempt_at <= now() AND (t.state <> 'SENDING' OR t.lease_until < now())
     FOR NO KEY UPDATE OF t SKIP LOCKED),
   claimed AS (
     SELECT t.user_id, t.id, t.state, t.attempt_count, t.max_attempts, t.reference, n.body,

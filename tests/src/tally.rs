@@ -1,6 +1,7 @@
-//! The task tally's invariant (migration `0010`): the gauges' sums equal an exact count of
-//! `delivery_task`. Checked by `tests/it/tally.rs`, after every step of the model test, and at the end of
-//! the soak.
+//! The invariants of the tables the database derives from `delivery_task` by triggers: the task tally's
+//! (migration `0010`: the gauges' sums equal an exact count of `delivery_task`) and the claim queue's
+//! (migration `0012`: one `task_queue` row per scheduled task, with its channel and due time). Checked by
+//! `tests/it/tally.rs`, after every step of the model test, and at the end of the soak.
 
 use herald_postgres::PARKED;
 use sqlx::{PgPool, Row};
@@ -56,6 +57,44 @@ pub async fn tally_differences(pool: &PgPool) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
+/// The tasks where `task_queue` and `delivery_task` disagree, one line each (empty when the invariant
+/// holds): a scheduled task without its queue row or with another due time or channel, or a queue row
+/// of a task that is not scheduled. One statement, so one snapshot.
+///
+/// # Errors
+/// Database failures.
+pub async fn queue_differences(pool: &PgPool) -> anyhow::Result<Vec<String>> {
+    let rows: Vec<(String, i64, Option<String>, Option<String>)> = sqlx::query_as(
+        "WITH scheduled AS (SELECT user_id, id AS task_id, channel, next_attempt_at AS due_at FROM delivery_task \
+                            WHERE next_attempt_at IS NOT NULL) \
+         SELECT user_id, task_id, s.channel || ' due ' || s.due_at::text, q.channel || ' due ' || q.due_at::text \
+         FROM scheduled s FULL JOIN task_queue q USING (user_id, task_id) \
+         WHERE (s.channel, s.due_at) IS DISTINCT FROM (q.channel, q.due_at) ORDER BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(user, id, task, queued)| {
+            format!(
+                "task {user}/{id}: {}, queue row {}",
+                task.unwrap_or_else(|| "not scheduled".to_owned()),
+                queued.unwrap_or_else(|| "missing".to_owned())
+            )
+        })
+        .collect())
+}
+
+/// [`tally_differences`] and [`queue_differences`] together: every trigger-kept table against the tasks.
+///
+/// # Errors
+/// Database failures.
+pub async fn derived_differences(pool: &PgPool) -> anyhow::Result<Vec<String>> {
+    let mut differences = tally_differences(pool).await?;
+    differences.extend(queue_differences(pool).await?);
+    Ok(differences)
+}
+
 /// How many rows the tally holds (deltas not yet compacted included).
 ///
 /// # Errors
@@ -76,14 +115,14 @@ pub fn groups(counts: &[herald_ports::store::TaskCount]) -> Vec<Group> {
         .collect()
 }
 
-/// [`tally_differences`], then the gauges' answer against the exact count, group for group and in
+/// [`derived_differences`], then the gauges' answer against the exact count, group for group and in
 /// order. The second comparison reads twice, so it needs no writer to run meanwhile.
 ///
 /// # Errors
 /// Database failures.
 pub async fn gauge_differences(store: &herald_postgres::PgStore) -> anyhow::Result<Vec<String>> {
     use herald_ports::NotificationStore as _;
-    let mut differences = tally_differences(store.pool()).await?;
+    let mut differences = derived_differences(store.pool()).await?;
     let answer = groups(&store.task_counts().await?);
     let exact = exact_task_counts(store.pool()).await?;
     if answer != exact {

@@ -1123,6 +1123,7 @@ struct Report {
     parked_db: i64,
     parked_api: usize,
     tally_differences: Vec<String>,
+    queue_differences: Vec<String>,
 }
 
 fn describe(task: &TaskLine) -> String {
@@ -1171,8 +1172,10 @@ async fn build_ledger(api: &Api, pool: &PgPool, standins: &StandIns, ledger: &Le
     )
     .fetch_one(pool)
     .await?;
-    // The task gauges' tally (migration 0010) against an exact count, both in one statement's snapshot.
+    // The task gauges' tally (migration 0010) against an exact count, both in one statement's snapshot, and
+    // the claim queue (migration 0012) against the scheduled tasks.
     report.tally_differences = herald_tests::tally::tally_differences(pool).await?;
+    report.queue_differences = herald_tests::tally::queue_differences(pool).await?;
     report.digests_waiting = sqlx::query_scalar(
         "SELECT count(*) FROM delivery_task WHERE digest_count IS NOT NULL AND state = 'PENDING' \
          AND next_attempt_at > now() + interval '10 minutes'",
@@ -1510,6 +1513,8 @@ fn print_ledger(report: &Report, ledger: &Ledger, faults: &Faults, standins: &St
     check("webpush 410: subscription gone but the channel still on", v, ok, &report.gone_still_on);
     let (v, ok) = count(&report.tally_differences);
     check("task gauges: tally groups that differ from an exact count", v, ok, &report.tally_differences);
+    let (v, ok) = count(&report.queue_differences);
+    check("claim queue: tasks whose queue row differs from their schedule", v, ok, &report.queue_differences);
     let min_gap = report.egress_min_gap.map_or("-".to_owned(), |g| format!("{} ms", g.as_millis()));
     check(
         &format!("egress interval: gaps between slow sends >= {} ms (min gap)", SLOW_INTERVAL.as_millis()),

@@ -452,6 +452,33 @@ async fn attempts_are_loaded_by_index() {
     assert!(probe.contains("Index Cond") && probe.contains("user_id"), "probed by (user_id, task_id): {plan}");
 }
 
+/// The claim finds due work through the queue's `(due_at, task_id)` index and reaches each task through
+/// an index: no scan of `task_queue` or `delivery_task`, whose finished rows grow without bound (asked with
+/// sequential scans discouraged, as above; which index of `delivery_task` an empty table's statistics
+/// pick is the planner's choice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_reads_the_queue_by_its_due_index() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    let mut conn = world.store.pool().acquire().await.expect("connection");
+    sqlx::query("SET enable_seqscan = off").execute(&mut *conn).await.expect("set");
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", herald_postgres::CLAIM_QUERY))
+        .bind(chrono::DateTime::<chrono::Utc>::from_timestamp_millis(1_767_225_600_000).expect("time"))
+        .bind(vec!["push".to_owned(), "miao".to_owned()])
+        .bind(32_i64)
+        .bind(vec!["miao".to_owned()])
+        .bind(vec![10_000_i64])
+        .fetch_all(&mut *conn)
+        .await
+        .expect("explain");
+    sqlx::query("RESET enable_seqscan").execute(&mut *conn).await.expect("reset");
+    let plan = plan.join("\n");
+    for table in ["task_queue", "delivery_task"] {
+        assert!(!plan.contains(&format!("Seq Scan on {table}")), "scans {table}:\n{plan}");
+    }
+    assert!(plan.contains("task_queue_due"), "due work by the queue's index:\n{plan}");
+    assert!(plan.contains(" on delivery_task t"), "the tasks are read:\n{plan}");
+}
+
 /// Five notifications on a 10 s channel, submitted one second apart: they are called in the order they
 /// became due, one per slot, and the waiting ones are not rewritten at every slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -811,6 +811,13 @@ impl Harness {
         for line in tally {
             differences.push_str(&format!("  task tally: {line}\n"));
         }
+        // The claim queue (migration 0012) against the tasks' schedule.
+        let queue = herald_tests::tally::queue_differences(pool)
+            .await
+            .map_err(|e| format!("reading the claim queue failed: {e:#}"))?;
+        for line in queue {
+            differences.push_str(&format!("  claim queue: {line}\n"));
+        }
         ensure!(differences.is_empty(), "rows differ (model vs store) at {}:\n{differences}", at(self.model.now));
         Ok(())
     }
