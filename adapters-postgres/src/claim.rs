@@ -30,6 +30,11 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 /// the same statement would see the version of the statement's snapshot, from before the finish, and
 /// decide on a state that no longer exists.
 ///
+/// A lease is over only once its end has passed (`lease_until < now`), while any other due task is
+/// runnable at its due time: a queue row due exactly now is passed over when its task is `SENDING` (one
+/// index probe, for those rows only). Taken into the `LIMIT`, such a row would be dropped by the re-check
+/// and the claim would come back short while runnable tasks wait behind it.
+///
 /// Oldest due first, ties by id, so a backlog drains in order. A rate-limited channel whose next egress
 /// slot is not free yet (`$4`/`$5`: the channels with an interval and their spacing, interval + guard,
 /// in ms) is not selected at all: its backlog keeps its due times untouched and is taken, oldest first,
@@ -38,6 +43,8 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 pub const CLAIM_QUERY: &str = concat!(
     "WITH due AS MATERIALIZED (SELECT q.user_id, q.task_id FROM task_queue q \
        WHERE q.due_at <= $1 AND q.channel = ANY($2) \
+         AND (q.due_at < $1 OR NOT EXISTS (SELECT 1 FROM delivery_task s \
+               WHERE s.user_id = q.user_id AND s.id = q.task_id AND s.state = 'SENDING')) \
          AND NOT EXISTS (SELECT 1 FROM channel_egress e \
                JOIN unnest($4::text[], $5::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
                WHERE e.channel = q.channel AND e.last_call_at > $1 - r.spacing_ms * interval '1 millisecond') \
