@@ -36,6 +36,7 @@ pub mod negative;
 
 pub use claim::CLAIM_QUERY;
 pub use clock::PgClock;
+pub use finish::FINISH_BATCH_QUERY;
 pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
 pub use rows::PARKED;
 pub use store::PgStore;

@@ -452,6 +452,114 @@ async fn attempts_are_loaded_by_index() {
     assert!(probe.contains("Index Cond") && probe.contains("user_id"), "probed by (user_id, task_id): {plan}");
 }
 
+/// Claims up to `limit` push tasks through `store` and finishes them, accepted, in one batched finish.
+/// Answers how many were finished.
+async fn claim_and_finish(world: &World, store: &herald_postgres::PgStore, limit: u32) -> usize {
+    let request = ClaimRequest {
+        worker: "w1".into(),
+        now: world.manual.read(),
+        lease: Millis(60_000),
+        limit,
+        channels: world.table(),
+    };
+    let held = store.claim(&request).await.expect("claim").claimed;
+    let accepted = Observation::Accepted { provider_msg_id: None };
+    let records: Vec<FinishRecord> = held
+        .iter()
+        .map(|held| FinishRecord {
+            task_id: held.task_id,
+            user_id: held.user_id.clone(),
+            token: held.token,
+            transition: finish(&held.finish, &accepted, request.now, Jitter::NONE),
+            observation: accepted.clone(),
+            detail: "accepted".into(),
+            now: request.now,
+        })
+        .collect();
+    let results = store.finish_batch(&records).await.expect("finish");
+    assert!(results.iter().all(|r| matches!(r, Ok(FinishResult::Applied))), "{results:?}");
+    records.len()
+}
+
+/// `delivery_attempt`'s sequential scans and updated rows as the statistics collector has them, once
+/// the counts of `flushed` (whose backend was asked to report at its next idle moment) have arrived.
+async fn attempt_scans(world: &World, flushed: &herald_postgres::PgStore, updates_at_least: i64) -> (i64, i64) {
+    sqlx::query("SELECT pg_stat_force_next_flush()").execute(flushed.pool()).await.expect("flush");
+    for _ in 0..200 {
+        let (scans, updates): (i64, i64) =
+            sqlx::query_as("SELECT seq_scan, n_tup_upd FROM pg_stat_user_tables WHERE relname = 'delivery_attempt'")
+                .fetch_one(world.store.pool())
+                .await
+                .expect("stats");
+        if updates >= updates_at_least {
+            return (scans, updates);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the finishes' statistics never arrived");
+}
+
+/// The batched finish finds its attempt rows by index however much `delivery_attempt` has grown since
+/// the connection first ran it. The statement is planned at each run: a plan cached while the table held
+/// a few rows (here, as in the first seconds of a drain from empty tables) reads the whole table for every
+/// batch until autovacuum analyzes it — the negative control shows such a plan, made from the same text
+/// on a few rows and still scanning after 50,000 more arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batched_finish_finds_attempts_by_index_however_the_table_grew() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    world.user("u1", &["push"]).await.expect("user");
+    // One connection: every finish below runs on the backend that ran the first ones.
+    let store = herald_postgres::PgStore::connect(&world.db.url, 1).await.expect("store");
+    let mut control = world.store.pool().acquire().await.expect("connection");
+    let unnested = (1..=13).map(|_| "'{}'").collect::<Vec<_>>().join(", ");
+    sqlx::query(&format!("PREPARE cached AS {}", herald_postgres::FINISH_BATCH_QUERY))
+        .execute(&mut *control)
+        .await
+        .expect("prepare");
+    sqlx::query("SET plan_cache_mode = force_generic_plan").execute(&mut *control).await.expect("generic");
+
+    // While the table holds a few rows: more finishes than a connection runs before it caches a plan.
+    for i in 0..8 {
+        world.submit("u1", &format!("small-{i}"), HOUR, None).await.expect("submit");
+        assert_eq!(claim_and_finish(&world, &store, 1).await, 1);
+    }
+    let small: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE cached({unnested})"))
+        .fetch_all(&mut *control)
+        .await
+        .expect("plan");
+
+    // The table grows by 50,000 rows and is not analyzed (autovacuum is slower than a drain).
+    sqlx::query(
+        "INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, action, outcome, started_at, \
+           finished_at) \
+         SELECT t.user_id, t.id, 100 + g, gen_random_uuid(), 'SEND', 'ACCEPTED', now(), now() \
+         FROM (SELECT user_id, id FROM delivery_task ORDER BY id LIMIT 1) t, generate_series(1, 50000) g",
+    )
+    .execute(world.store.pool())
+    .await
+    .expect("grow");
+    for i in 0..96 {
+        world.submit("u1", &format!("large-{i}"), HOUR, None).await.expect("submit");
+    }
+    let (scans_before, updates_before) = attempt_scans(&world, &store, 8).await;
+    let mut finished = 0;
+    for _ in 0..3 {
+        finished += claim_and_finish(&world, &store, 32).await;
+    }
+    assert_eq!(finished, 96);
+    let (scans_after, _) = attempt_scans(&world, &store, updates_before + 96).await;
+    assert_eq!(scans_after - scans_before, 0, "the grown table was read whole by a finish");
+
+    // Negative control: the same statement, its plan cached on the small table, still scans the whole
+    // grown table.
+    let large: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE cached({unnested})"))
+        .fetch_all(&mut *control)
+        .await
+        .expect("plan");
+    assert!(small.join("\n").contains("Seq Scan on delivery_attempt"), "planned on a few rows:\n{}", small.join("\n"));
+    assert_eq!(small, large, "the cached plan is kept after the table grew");
+}
+
 /// The claim finds due work through the queue's `(due_at, task_id)` index and reaches each task through
 /// an index: no scan of `task_queue` or `delivery_task`, whose finished rows grow without bound (asked with
 /// sequential scans discouraged, as above; which index of `delivery_task` an empty table's statistics
