@@ -28,6 +28,10 @@ pub const PARKED_TASKS: &str = "herald_parked_tasks";
 pub const LEASE_EXPIRIES_TOTAL: &str = "herald_lease_expiries_total";
 /// Counter: finishes refused because a newer claim held the task (`Stale`), by `channel`.
 pub const STALE_FINISHES_TOTAL: &str = "herald_stale_finishes_total";
+/// Counter: calls the channel accepted after their attempt had been superseded, on a channel without an
+/// idempotency key, by `channel`: the message may have reached the user twice (the takeover's send and
+/// this one). Each is also the attempt's `late_outcome` and a warning in the worker's log.
+pub const LATE_ACCEPTANCES_TOTAL: &str = "herald_late_acceptances_total";
 /// Counter: calls postponed by a channel's egress interval (no attempt spent).
 pub const DEFERRALS_TOTAL: &str = "herald_deferrals_total";
 /// Counter: channel calls whose outcome could not be written (the database failed after the call), by
@@ -66,6 +70,10 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
     metrics::describe_gauge!(PARKED_TASKS, "Tasks whose outcome is unknown, waiting for a human");
     metrics::describe_counter!(LEASE_EXPIRIES_TOTAL, "Attempts superseded because their lease expired");
     metrics::describe_counter!(STALE_FINISHES_TOTAL, "Finishes refused because a newer attempt held the task");
+    metrics::describe_counter!(
+        LATE_ACCEPTANCES_TOTAL,
+        "Calls accepted after their attempt was superseded, on channels without an idempotency key: possible duplicates"
+    );
     metrics::describe_counter!(DEFERRALS_TOTAL, "Calls postponed by a channel's egress interval");
     metrics::describe_counter!(
         UNRECORDED_FINISHES_TOTAL,
@@ -101,6 +109,10 @@ pub(crate) fn record_deferral(channel: &ChannelName) {
 
 pub(crate) fn record_stale(channel: &ChannelName) {
     metrics::counter!(STALE_FINISHES_TOTAL, "channel" => channel.to_string()).increment(1);
+}
+
+pub(crate) fn record_late_acceptance(channel: &ChannelName) {
+    metrics::counter!(LATE_ACCEPTANCES_TOTAL, "channel" => channel.to_string()).increment(1);
 }
 
 pub(crate) fn record_unrecorded_finish(channel: &ChannelName) {

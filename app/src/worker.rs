@@ -465,7 +465,21 @@ impl Worker {
             }
             FinishResult::Stale => {
                 metrics::record_stale(&task.channel);
-                tracing::info!(outcome = %outcome, "attempt superseded; observation kept as late outcome");
+                if herald_domain::finish::late_acceptance_may_duplicate(outcome, task.finish.capability) {
+                    // The task was taken over while this call was on its way (a process frozen between its
+                    // lease check and its send, ARCHITECTURE "Known limits"), and the takeover may have
+                    // sent too: no key lets the channel drop the second message.
+                    metrics::record_late_acceptance(&task.channel);
+                    tracing::warn!(
+                        outcome = %outcome,
+                        reference = %task.reference,
+                        "the channel accepted this call after its attempt had been superseded; the channel has \
+                         no idempotency key, so the message may have reached the user twice (kept as the \
+                         attempt's late outcome)"
+                    );
+                } else {
+                    tracing::info!(outcome = %outcome, "attempt superseded; observation kept as late outcome");
+                }
                 Ok(Report::Stale(task.task_id))
             }
         }
@@ -776,6 +790,56 @@ mod tests {
             Arc::new(clock),
             WorkerConfig { id: "w1".into(), lease: Millis(60_000), batch: 8, idle_poll: Duration::from_millis(10) },
         )
+    }
+
+    /// A worker whose one call (task 3, with `capability`) is accepted and whose finish is refused as
+    /// stale: the task had been taken over meanwhile.
+    fn superseded_worker(capability: Capability) -> Worker {
+        let mut task = claimed(3);
+        task.finish.capability = capability;
+        let batch = ClaimBatch { claimed: vec![task], ..ClaimBatch::default() };
+        let mut store = MockNotificationStore::new();
+        store.expect_claim().times(1).return_once(move |_| Ok(batch));
+        store
+            .expect_finish_batch()
+            .times(1)
+            .returning(|records| Ok(records.iter().map(|_| Ok(FinishResult::Stale)).collect()));
+        let mut channel = MockChannel::new();
+        channel.expect_rules().returning(rules);
+        channel.expect_outbound_text().returning(|body, _| body.to_owned());
+        channel.expect_send().times(1).returning(|_| Classified {
+            observation: Observation::Accepted { provider_msg_id: Some("p-2".into()) },
+            detail: "ok".into(),
+        });
+        let channel: Arc<dyn herald_ports::Channel> = Arc::new(channel);
+        let mut cipher = MockDestinationCipher::new();
+        cipher.expect_decrypt().returning(|_, _, _| Ok(SecretString::from("dest")));
+        let mut clock = MockClock::new();
+        clock.expect_now().returning(|| Ok(NOW));
+        Worker::new(
+            Arc::new(store),
+            Arc::new(push_registry(channel)),
+            Arc::new(cipher),
+            Arc::new(clock),
+            WorkerConfig { id: "w1".into(), lease: Millis(60_000), batch: 8, idle_poll: Duration::from_millis(10) },
+        )
+    }
+
+    /// A superseded attempt whose call was accepted is counted as a possible duplicate where the channel
+    /// has no idempotency key — not where the key made any second send a replay.
+    #[tokio::test]
+    async fn a_late_acceptance_without_an_idempotency_key_is_counted_as_a_possible_duplicate() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let _local = ::metrics::set_default_local_recorder(&recorder);
+        let sms = Capability::Queryable { consistency: herald_domain::QueryConsistency::Immediate };
+        for capability in [Capability::Idempotent, sms, Capability::Neither] {
+            let cycle = superseded_worker(capability).run_once().await.expect("cycle");
+            assert_eq!(cycle, vec![Report::Stale(TaskId(3))]);
+        }
+        let text = handle.render();
+        assert!(text.contains("herald_stale_finishes_total{channel=\"push\"} 3"), "{text}");
+        assert!(text.contains("herald_late_acceptances_total{channel=\"push\"} 2"), "{text}");
     }
 
     #[tokio::test]

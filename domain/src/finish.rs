@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::{Capability, QueryConsistency};
 use crate::retry::{Jitter, RetryPolicy};
-use crate::task::{Action, Observation, TaskState, Transition};
+use crate::task::{Action, Observation, Outcome, TaskState, Transition};
 use crate::time::Timestamp;
 
 /// What the worker knows when it finishes an attempt; all of it came back from the claim.
@@ -159,6 +159,15 @@ pub fn finish(ctx: &FinishContext, observation: &Observation, now: Timestamp, ji
             }
         }
     }
+}
+
+/// Whether the observation of a *superseded* attempt (a late outcome) means the user may have the message
+/// twice: the channel accepted the call, and has no idempotency key that would have turned a second send
+/// into a replay. The takeover that superseded the attempt may have sent too (it found the attempt's
+/// lease over: a queryable channel's "not found" believed after the lease end, or a resend).
+#[must_use]
+pub fn late_acceptance_may_duplicate(late: Outcome, capability: Capability) -> bool {
+    late == Outcome::Accepted && !matches!(capability, Capability::Idempotent)
 }
 
 /// One test per row and column of the SPEC §5 mapping table, named after it.
@@ -392,5 +401,14 @@ mod tests {
         let t = finish(&q, &Observation::QueryNotFound, late, Jitter::NONE);
         assert_eq!(t.state, TaskState::Unknown, "not believed: {t:?}");
         assert!(t.outcome_uncertain);
+    }
+    #[test]
+    fn only_an_acceptance_on_a_channel_without_a_key_may_be_a_duplicate_when_late() {
+        for capability in [Capability::Idempotent, SMS, SMS_SLOW, Capability::Neither] {
+            for late in Outcome::ALL {
+                let expected = late == Outcome::Accepted && capability != Capability::Idempotent;
+                assert_eq!(late_acceptance_may_duplicate(late, capability), expected, "{late:?} on {capability:?}");
+            }
+        }
     }
 }
