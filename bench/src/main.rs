@@ -81,6 +81,10 @@ fn options() -> anyhow::Result<Options> {
             "--profile" => profile = value()?,
             "--command" => command = value()?,
             "--history" => history = Some(value()?.parse().context("--history takes a number of tasks")?),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
             other => bail!("unknown argument {other}\n{USAGE}"),
         }
     }

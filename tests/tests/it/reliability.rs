@@ -22,8 +22,9 @@ use herald_domain::{
     QueryConsistency, TaskId, TaskState, ThreadKey, Timestamp, UserId,
 };
 use herald_ports::store::{
-    ChannelTable, ClaimBatch, ClaimRequest, Created, FinishRecord, FinishResult, GiveBack, InboxItem, NewNotification,
-    NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
+    ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, FinishRecord, FinishResult, GiveBack, InboxItem,
+    NewNotification, NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission,
+    TaskCount, TaskView,
 };
 use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
 use herald_standin::Script;
@@ -373,20 +374,7 @@ async fn a_batch_of_finishes_is_fenced_row_by_row() {
     let newer = world.store.claim(&claim("new", 60_000, 3)).await.expect("claim").claimed;
     assert_eq!(newer.iter().map(|t| t.task_id).collect::<Vec<_>>(), vec![stalled.task_id], "only the expired one");
 
-    let now = world.manual.read();
-    let accepted = Observation::Accepted { provider_msg_id: Some("p-1".into()) };
-    let records: Vec<FinishRecord> = old
-        .iter()
-        .map(|held| FinishRecord {
-            task_id: held.task_id,
-            user_id: held.user_id.clone(),
-            token: held.token,
-            transition: finish(&held.finish, &accepted, now, Jitter::NONE),
-            observation: accepted.clone(),
-            detail: "accepted".into(),
-            now,
-        })
-        .collect();
+    let records = accepted_records(&old, Some("p-1"), world.manual.read());
     let results = world.store.finish_batch(&records).await.expect("one statement");
     let results: Vec<FinishResult> = results.into_iter().map(|r| r.expect("row")).collect();
     assert_eq!(results, vec![FinishResult::Applied, FinishResult::Applied, FinishResult::Stale]);
@@ -463,22 +451,26 @@ async fn claim_and_finish(world: &World, store: &herald_postgres::PgStore, limit
         channels: world.table(),
     };
     let held = store.claim(&request).await.expect("claim").claimed;
-    let accepted = Observation::Accepted { provider_msg_id: None };
-    let records: Vec<FinishRecord> = held
-        .iter()
+    let records = accepted_records(&held, None, request.now);
+    let results = store.finish_batch(&records).await.expect("finish");
+    assert!(results.iter().all(|r| matches!(r, Ok(FinishResult::Applied))), "{results:?}");
+    records.len()
+}
+
+/// The finishes of `held` as if every call had been accepted at `now` (with `provider_msg_id`, if any).
+fn accepted_records(held: &[ClaimedTask], provider_msg_id: Option<&str>, now: Timestamp) -> Vec<FinishRecord> {
+    let accepted = Observation::Accepted { provider_msg_id: provider_msg_id.map(str::to_owned) };
+    held.iter()
         .map(|held| FinishRecord {
             task_id: held.task_id,
             user_id: held.user_id.clone(),
             token: held.token,
-            transition: finish(&held.finish, &accepted, request.now, Jitter::NONE),
+            transition: finish(&held.finish, &accepted, now, Jitter::NONE),
             observation: accepted.clone(),
             detail: "accepted".into(),
-            now: request.now,
+            now,
         })
-        .collect();
-    let results = store.finish_batch(&records).await.expect("finish");
-    assert!(results.iter().all(|r| matches!(r, Ok(FinishResult::Applied))), "{results:?}");
-    records.len()
+        .collect()
 }
 
 /// `delivery_attempt`'s sequential scans and updated rows as the statistics collector has them, once
