@@ -329,26 +329,25 @@ impl Herald {
 
     /// Inserts `notifications` new notifications, each with a PENDING task on every one of `channels`, in
     /// one statement (as the API's create would have left them, without the API). Returns the first new
-    /// notification id.
+    /// task id.
     pub async fn backlog(&mut self, notifications: u64, channels: &[&str]) -> anyhow::Result<i64> {
         let from = self.inserted;
         self.inserted += notifications;
         backlog(&self.pool, from, notifications, channels).await
     }
 
-    /// Tasks of notifications from `first` on not finished yet (runnable or held); read from the claim's
-    /// queue, cheap whatever the size of the tables.
+    /// Tasks from id `first` on not finished yet (runnable or held): rows of the claim's queue, which
+    /// holds only unfinished tasks, so the count costs the same whatever the size of the tables. (Asked
+    /// through `delivery_task`, which has no index on the notification, it was a sequential scan of the
+    /// whole table at the end of each drain.)
     async fn unfinished(&self, first: i64) -> anyhow::Result<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM task_queue q JOIN delivery_task t ON t.user_id = q.user_id AND t.id = q.task_id \
-             WHERE t.notification_id >= $1",
-        )
-        .bind(first)
-        .fetch_one(&self.pool)
-        .await?)
+        Ok(sqlx::query_scalar("SELECT count(*) FROM task_queue WHERE task_id >= $1")
+            .bind(first)
+            .fetch_one(&self.pool)
+            .await?)
     }
 
-    /// Waits until every task from notification `first` on is finished: `calls` more calls at `standin`
+    /// Waits until every task from id `first` on is finished: `calls` more calls at `standin`
     /// (a counter) and no unfinished row left. Returns the seconds from the first call to the last finish.
     async fn wait_drained(
         &mut self,
@@ -398,8 +397,8 @@ impl Herald {
         let (sent, attempts): (i64, i64) = sqlx::query_as(
             "SELECT count(*) FILTER (WHERE t.state = 'SENT'), \
                (SELECT count(*) FROM delivery_attempt a JOIN delivery_task x ON x.user_id = a.user_id AND x.id = a.task_id \
-                WHERE x.notification_id >= $1 AND a.outcome = 'ACCEPTED') \
-             FROM delivery_task t WHERE t.notification_id >= $1",
+                WHERE x.id >= $1 AND a.outcome = 'ACCEPTED') \
+             FROM delivery_task t WHERE t.id >= $1",
         )
         .bind(first)
         .fetch_one(&self.pool)
@@ -428,7 +427,7 @@ impl Herald {
         ];
         self.serve(&hold).await?;
         let first: i64 =
-            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM notification").fetch_one(&self.pool).await?;
+            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM delivery_task").fetch_one(&self.pool).await?;
         let tag = format!("submit-{}", self.started);
         let started = Instant::now();
         let total = self.closed_loop(clients, started + Duration::from_secs_f64(secs), &tag).await?;
@@ -479,7 +478,7 @@ impl Herald {
     /// the API and the workers is the narrower part sets it. The backlog is drained afterwards.
     pub async fn end_to_end(&mut self, clients: usize, secs: f64, sizing: Sizing) -> anyhow::Result<f64> {
         let first: i64 =
-            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM notification").fetch_one(&self.pool).await?;
+            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM delivery_task").fetch_one(&self.pool).await?;
         self.serve(&[]).await?;
         self.workers(sizing, &[])?;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -504,7 +503,7 @@ impl Herald {
     /// task) for `secs`, with `herald serve` and `sizing`'s workers running.
     pub async fn latency(&mut self, rate: f64, secs: f64, sizing: Sizing) -> anyhow::Result<Latency> {
         let first: i64 =
-            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM notification").fetch_one(&self.pool).await?;
+            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM delivery_task").fetch_one(&self.pool).await?;
         self.serve(&[]).await?;
         self.workers(sizing, &[])?;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -671,8 +670,8 @@ const BACKLOG: &str = "WITH n AS ( \
      t AS (INSERT INTO delivery_task (user_id, notification_id, channel, state, next_attempt_at, max_attempts, \
        created_at, updated_at) \
      SELECT n.user_id, n.id, c, 'PENDING', now(), 8, now(), now() FROM n CROSS JOIN unnest($4::text[]) c \
-     RETURNING notification_id) \
-     SELECT min(notification_id) FROM t";
+     RETURNING id) \
+     SELECT min(id) FROM t";
 
 pub async fn backlog(pool: &PgPool, from: u64, notifications: u64, channels: &[&str]) -> anyhow::Result<i64> {
     let first: Option<i64> = sqlx::query_scalar(BACKLOG)
