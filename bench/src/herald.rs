@@ -336,6 +336,11 @@ impl Herald {
         backlog(&self.pool, from, notifications, channels).await
     }
 
+    /// The id the next task will get at least: the mark from which a phase's tasks are counted.
+    async fn next_task_id(&self) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM delivery_task").fetch_one(&self.pool).await?)
+    }
+
     /// Tasks from id `first` on not finished yet (runnable or held): rows of the claim's queue, which
     /// holds only unfinished tasks, so the count costs the same whatever the size of the tables. (Asked
     /// through `delivery_task`, which has no index on the notification, it was a sequential scan of the
@@ -426,8 +431,7 @@ impl Herald {
             ("HERALD__CHANNEL__SMS__MIN_INTERVAL_MS".to_owned(), "3600000".to_owned()),
         ];
         self.serve(&hold).await?;
-        let first: i64 =
-            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM delivery_task").fetch_one(&self.pool).await?;
+        let first = self.next_task_id().await?;
         let tag = format!("submit-{}", self.started);
         let started = Instant::now();
         let total = self.closed_loop(clients, started + Duration::from_secs_f64(secs), &tag).await?;
@@ -477,8 +481,7 @@ impl Herald {
     /// (both calls made at the stand-ins) after the first second, until the clients stop — whichever of
     /// the API and the workers is the narrower part sets it. The backlog is drained afterwards.
     pub async fn end_to_end(&mut self, clients: usize, secs: f64, sizing: Sizing) -> anyhow::Result<f64> {
-        let first: i64 =
-            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM delivery_task").fetch_one(&self.pool).await?;
+        let first = self.next_task_id().await?;
         self.serve(&[]).await?;
         self.workers(sizing, &[])?;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -502,8 +505,7 @@ impl Herald {
     /// Submit → call latency at a fixed `rate` (notifications per second, each with a push and an sms
     /// task) for `secs`, with `herald serve` and `sizing`'s workers running.
     pub async fn latency(&mut self, rate: f64, secs: f64, sizing: Sizing) -> anyhow::Result<Latency> {
-        let first: i64 =
-            sqlx::query_scalar("SELECT COALESCE(max(id), 0) + 1 FROM delivery_task").fetch_one(&self.pool).await?;
+        let first = self.next_task_id().await?;
         self.serve(&[]).await?;
         self.workers(sizing, &[])?;
         tokio::time::sleep(Duration::from_millis(500)).await;
