@@ -10,6 +10,7 @@ use anyhow::{bail, ensure, Context as _};
 use std::collections::HashSet;
 
 use crate::cpu::{self, Split};
+use crate::wal;
 use futures::StreamExt as _;
 use herald_standin::{Chaos, Kind, StandIn};
 use nix::sys::signal::{kill, Signal};
@@ -127,6 +128,10 @@ pub struct Herald {
     started: usize,
     /// Notifications inserted so far (their event keys are numbered from here).
     inserted: u64,
+    /// `pg_walinspect` is available: drains report their WAL by kind, not only its size.
+    inspect_wal: bool,
+    /// The WAL of the last [`Herald::drain`], until taken.
+    last_wal: Option<wal::Use>,
 }
 
 fn config_text(db_url: &str, listen: u16, s: &StandIns, service: &str, admin: &str) -> String {
@@ -222,6 +227,7 @@ impl Herald {
             .await
             .context("cannot run herald migrate")?;
         ensure!(status.success(), "herald migrate failed: {status}");
+        let inspect_wal = wal::inspect(&pool).await;
         Ok(Herald {
             binary,
             workdir,
@@ -234,6 +240,8 @@ impl Herald {
             children: Vec::new(),
             started: 0,
             inserted: 0,
+            inspect_wal,
+            last_wal: None,
         })
     }
 
@@ -384,18 +392,33 @@ impl Herald {
     }
 
     /// Drains `notifications` × push and sms with `sizing`: the rate from the first call to the last
-    /// finished row. Checks that every task was sent once with one attempt row.
+    /// finished row. Checks that every task was sent once with one attempt row. The WAL written meanwhile
+    /// is kept for [`Herald::take_wal`].
     pub async fn drain(&mut self, notifications: u64, sizing: Sizing) -> anyhow::Result<Drain> {
         let first = self.backlog(notifications, &["push", "sms"]).await?;
         sqlx::query("ANALYZE delivery_task").execute(&self.pool).await?;
+        // Every drain starts just after a checkpoint, so each pays the same way for the first change of a
+        // page (a full-page image in the WAL) whatever the server's checkpoint cycle was doing: without it
+        // the drain after the history (which takes one) paid for every page it touched and the empty one
+        // for none, and the two were not compared like for like.
+        if let Err(error) = sqlx::query("CHECKPOINT").execute(&self.pool).await {
+            eprintln!("herald-bench: no CHECKPOINT before the drain ({error}): its full-page images depend on the server's cycle");
+        }
         let tasks = notifications * 2;
+        let start = wal::mark(&self.pool).await?;
         let before = cpu::snapshot();
         let pids: HashSet<u32> = self.workers(sizing, &[])?.into_iter().collect();
         let secs = self.wait_drained(first, tasks, &StandIns::drained, Duration::from_secs(900)).await?;
         let cpu = cpu::split(&before, &cpu::snapshot(), &pids, "");
+        self.last_wal = Some(wal::since(&self.pool, &start, self.inspect_wal).await?);
         self.stop_all(false).await;
         self.check_sent(first, tasks).await?;
         Ok(Drain { tasks, secs, cpu: Some(cpu) })
+    }
+
+    /// The WAL written by the last drain (from its workers' start to its last finish), once.
+    pub fn take_wal(&mut self) -> Option<wal::Use> {
+        self.last_wal.take()
     }
 
     async fn check_sent(&self, first: i64, tasks: u64) -> anyhow::Result<()> {

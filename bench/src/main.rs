@@ -13,6 +13,7 @@ mod cpu;
 mod herald;
 mod peers;
 mod report;
+mod wal;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -281,6 +282,13 @@ async fn run_peers(
     Ok(())
 }
 
+/// Prints the last drain's WAL and hands it to the report.
+fn report_wal(herald: &mut Herald, deliveries: u64, what: &str) -> Option<wal::Use> {
+    let used = herald.take_wal()?;
+    say(format!("{what}: {}", used.describe(deliveries, "delivery")));
+    Some(used)
+}
+
 async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> anyhow::Result<()> {
     let sizing = Sizing::for_processes(plan.processes);
     figures.sizing = Some(sizing);
@@ -302,6 +310,7 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
         d.rate()
     ));
     figures.drain = Some(d);
+    figures.wal_drain = report_wal(herald, d.tasks, "empty-table drain");
 
     let submit = herald.submit(plan.submit_clients, plan.submit_secs, sizing).await?;
     say(format!("Herald submit through the API, {} clients: {submit:.0} notifications/s", plan.submit_clients));
@@ -350,6 +359,17 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
         let d = herald.drain(plan.notifications, sizing).await?;
         say(format!("Herald drain, {} finished tasks in the tables: {:.0}/s", plan.history, d.rate()));
         figures.drain_history = Some(d);
+        figures.wal_history = report_wal(herald, d.tasks, "drain with history");
+        if let Some(c) = d.cpu {
+            let per = |secs: f64| secs * 1000.0 / d.tasks.max(1) as f64;
+            say(format!(
+                "drain with history: CPU per delivery PostgreSQL {:.3} ms, herald worker {:.3} ms, harness {:.3} ms, other {:.3} ms",
+                per(c.postgres),
+                per(c.subject),
+                per(c.harness),
+                per(c.other)
+            ));
+        }
     }
 
     let rss = herald.rss(plan.in_flight).await?;

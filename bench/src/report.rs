@@ -7,6 +7,7 @@ use std::path::Path;
 use sqlx::PgPool;
 
 use crate::herald::{Drain, Latency, Rss, Sizing};
+use crate::wal;
 use crate::Plan;
 
 /// The machine and the database server.
@@ -92,6 +93,9 @@ pub struct Figures {
     pub pgboss: Option<Drain>,
     pub apalis: Option<Drain>,
     pub pgbench: Option<Drain>,
+    /// WAL written by the empty-table drain and by the drain with history.
+    pub wal_drain: Option<wal::Use>,
+    pub wal_history: Option<wal::Use>,
     pub scaling: Vec<(Sizing, Drain)>,
     pub limited: Vec<(Sizing, Drain)>,
     pub wall_secs: f64,
@@ -183,7 +187,24 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
         }
     };
     cpu(&mut t, "Herald's empty-table drain", f.drain, "`herald worker`");
+    cpu(&mut t, &format!("the drain with {} finished tasks", history_label(plan)), f.drain_history, "`herald worker`");
     cpu(&mut t, "pgbench of Herald's SQL", f.pgbench, "pgbench");
+    let wal_row = |t: &mut String, what: &str, used: Option<&wal::Use>, d: Option<Drain>| {
+        if let (Some(used), Some(d)) = (used, d) {
+            let per = d.tasks.max(1) as f64;
+            let fpi = used
+                .fpi_bytes()
+                .map_or(String::new(), |fpi| format!(", of which full-page images {}", thousands(fpi / per)));
+            let _ = writeln!(t, "| WAL per delivery, {what} | {} bytes{fpi} | — |", thousands(used.bytes / per));
+        }
+    };
+    wal_row(&mut t, "the empty-table drain", f.wal_drain.as_ref(), f.drain);
+    wal_row(
+        &mut t,
+        &format!("the drain with {} finished tasks", history_label(plan)),
+        f.wal_history.as_ref(),
+        f.drain_history,
+    );
     if let Some((updates, hot)) = f.task_updates {
         let _ = writeln!(
             t,
@@ -394,8 +415,9 @@ pub fn benchmarks_md(plan: &Plan, m: &Machine, f: &Figures) -> String {
          backlog of PENDING tasks inserted in bulk with SQL ({users} users with an encrypted destination on each \
          channel, set through the API; a notification, its inbox row and a task per channel, as the API's create \
          leaves them). Each task is one call to a loopback stand-in that answers at once (`push`: webhook, `sms`: \
-         queryable), one attempt row, `synchronous_commit` as the server has it. The rate runs from the first \
-         call at a stand-in to the moment no task of the backlog is unfinished in the database.\n\
+         queryable), one attempt row, `synchronous_commit` as the server has it. Each drain starts just after a \
+         `CHECKPOINT`, so each pays the same way for the first change of every page it touches. The rate runs \
+         from the first call at a stand-in to the moment no task of the backlog is unfinished in the database.\n\
          * **{hist} finished tasks**: the same drain after {hist} SENT tasks (with their notifications, inbox rows \
          and one ACCEPTED attempt each) were inserted with `generate_series` into the real (logged) tables, then \
          `VACUUM (ANALYZE)`{hist_secs}.\n\
@@ -422,7 +444,10 @@ pub fn benchmarks_md(plan: &Plan, m: &Machine, f: &Figures) -> String {
          no Rust, HTTP or stand-in in the way.\n\
          * **CPU per task**: user + system time from `/proc/PID/stat` over the phase, by process: PostgreSQL \
          (every `postgres` process, and through the postmaster the backends that ended within the phase), the \
-         subject (`herald worker`, or pgbench), this harness with its in-process stand-ins, everything else.\n",
+         subject (`herald worker`, or pgbench), this harness with its in-process stand-ins, everything else.\n\
+         * **WAL per delivery**: the distance between the server's WAL insert positions at a drain's start and \
+         end (the whole server's WAL, this run being the only writer), and from `pg_walinspect` how much of it \
+         were full-page images; the harness prints the split by kind (heap, B-tree) too.\n",
         users = crate::herald::USERS,
         hist = history_label(plan),
         hist_secs = f.history_secs.map(|s| format!(" (written in {s:.0} s)")).unwrap_or_default(),

@@ -1,0 +1,121 @@
+//! WAL written over a phase: its size from the insert position (`pg_current_wal_insert_lsn`), and what it
+//! held by resource manager from `pg_walinspect` (PostgreSQL 15 and later) where the extension can be
+//! created — in particular how much of it were full-page images, which the first change of each page after
+//! a checkpoint writes, and which a drain touching many different pages (a big table, an index keyed by a
+//! random value) pays for with every such page.
+
+use sqlx::PgPool;
+
+/// A WAL position, as text (`0/1A2B3C4D`).
+#[derive(Clone, Debug)]
+pub struct Mark(String);
+
+/// Where WAL insertion is now.
+///
+/// # Errors
+/// When the query fails.
+pub async fn mark(pool: &PgPool) -> anyhow::Result<Mark> {
+    Ok(Mark(sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text").fetch_one(pool).await?))
+}
+
+/// WAL bytes of one resource manager (`Heap`, `Btree`, `Transaction`, …).
+#[derive(Clone, Debug)]
+pub struct Kind {
+    pub name: String,
+    pub records: i64,
+    /// The records without their full-page images.
+    pub record_bytes: f64,
+    pub fpi_bytes: f64,
+}
+
+/// WAL written between two marks.
+#[derive(Clone, Debug)]
+pub struct Use {
+    pub bytes: f64,
+    /// By resource manager, largest first; empty when `pg_walinspect` is not available.
+    pub kinds: Vec<Kind>,
+}
+
+impl Use {
+    /// Bytes of full-page images, when known.
+    #[must_use]
+    pub fn fpi_bytes(&self) -> Option<f64> {
+        (!self.kinds.is_empty()).then(|| self.kinds.iter().map(|k| k.fpi_bytes).sum())
+    }
+
+    /// One line: bytes per `unit`, and how they split.
+    #[must_use]
+    pub fn describe(&self, per: u64, unit: &str) -> String {
+        let per = per.max(1) as f64;
+        let mut line = format!("{:.0} bytes of WAL per {unit}", self.bytes / per);
+        if let Some(fpi) = self.fpi_bytes() {
+            line.push_str(&format!(" ({:.0} of them full-page images)", fpi / per));
+            let kinds: Vec<String> = self
+                .kinds
+                .iter()
+                .take(4)
+                .map(|k| {
+                    format!(
+                        "{} {:.1} records, {:.0} + {:.0} B",
+                        k.name,
+                        k.records as f64 / per,
+                        k.record_bytes / per,
+                        k.fpi_bytes / per
+                    )
+                })
+                .collect();
+            line.push_str(&format!("; by kind per {unit} (records, record + page bytes): {}", kinds.join("; ")));
+        }
+        line
+    }
+}
+
+/// Makes `pg_walinspect` available in the database of `pool` if it can; false when it cannot (an older
+/// server, no contrib package, no right to create it), and then [`since`] reports only the size.
+pub async fn inspect(pool: &PgPool) -> bool {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_walinspect").execute(pool).await.is_ok()
+}
+
+/// WAL written from `start` to now. `inspected` asks `pg_walinspect` for the split; a failure there
+/// leaves only the size.
+///
+/// # Errors
+/// When the size cannot be read.
+pub async fn since(pool: &PgPool, start: &Mark, inspected: bool) -> anyhow::Result<Use> {
+    let (end, bytes): (String, f64) = sqlx::query_as(
+        "SELECT pg_current_wal_flush_lsn()::text, \
+                pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::text::pg_lsn)::float8",
+    )
+    .bind(&start.0)
+    .fetch_one(pool)
+    .await?;
+    let mut kinds = Vec::new();
+    if inspected {
+        // pg_walinspect reads only flushed WAL: the split runs to the flush position, which trails the
+        // insert position by at most what was written since the last commit.
+        let rows: Result<Vec<(String, i64, i64, i64)>, _> = sqlx::query_as(
+            "SELECT \"resource_manager/record_type\", count, record_size, fpi_size \
+             FROM pg_get_wal_stats($1::text::pg_lsn, $2::text::pg_lsn) WHERE count > 0 \
+             ORDER BY combined_size DESC",
+        )
+        .bind(&start.0)
+        .bind(&end)
+        .fetch_all(pool)
+        .await;
+        match rows {
+            Ok(rows) => {
+                kinds = rows
+                    .into_iter()
+                    .map(|(name, records, record, fpi)| Kind {
+                        name,
+                        records,
+                        record_bytes: record as f64,
+                        fpi_bytes: fpi as f64,
+                    })
+                    .collect();
+            }
+            Err(error) => eprintln!("herald-bench: cannot inspect the WAL ({error}); only its size is reported"),
+        }
+    }
+    Ok(Use { bytes, kinds })
+}
