@@ -195,7 +195,10 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
             let fpi = used
                 .fpi_bytes()
                 .map_or(String::new(), |fpi| format!(", of which full-page images {}", thousands(fpi / per)));
-            let _ = writeln!(t, "| WAL per delivery, {what} | {} bytes{fpi} | — |", thousands(used.bytes / per));
+            let most: Vec<String> =
+                used.imaged.iter().take(2).map(|r| format!("`{}` {}", r.relation, thousands(r.bytes / per))).collect();
+            let most = if most.is_empty() { String::new() } else { format!(" (most in {})", most.join(", ")) };
+            let _ = writeln!(t, "| WAL per delivery, {what} | {} bytes{fpi}{most} | — |", thousands(used.bytes / per));
         }
     };
     wal_row(&mut t, "the empty-table drain", f.wal_drain.as_ref(), f.drain);

@@ -28,13 +28,28 @@ pub struct Kind {
     pub fpi_bytes: f64,
 }
 
+/// The full-page images of one relation of the measured database.
+#[derive(Clone, Debug)]
+pub struct Imaged {
+    /// The table or index (its relfilenode when it no longer exists).
+    pub relation: String,
+    pub pages: i64,
+    /// Image bytes: the page less its unused middle (the "hole" PostgreSQL leaves out).
+    pub bytes: f64,
+}
+
 /// WAL written between two marks.
 #[derive(Clone, Debug)]
 pub struct Use {
     pub bytes: f64,
     /// By resource manager, largest first; empty when `pg_walinspect` is not available.
     pub kinds: Vec<Kind>,
+    /// Full-page images by relation, largest first (at most [`RELATIONS`]); empty when not available.
+    pub imaged: Vec<Imaged>,
 }
+
+/// How many relations [`Use::imaged`] names.
+pub const RELATIONS: i64 = 6;
 
 impl Use {
     /// Bytes of full-page images, when known.
@@ -66,9 +81,30 @@ impl Use {
                 .collect();
             line.push_str(&format!("; by kind per {unit} (records, record + page bytes): {}", kinds.join("; ")));
         }
+        if !self.imaged.is_empty() {
+            let relations: Vec<String> = self
+                .imaged
+                .iter()
+                .map(|r| format!("{} {:.2} pages, {:.0} B", r.relation, r.pages as f64 / per, r.bytes / per))
+                .collect();
+            line.push_str(&format!("; full-page images by relation per {unit}: {}", relations.join("; ")));
+        }
         line
     }
 }
+
+/// Full-page images between two positions, by relation of the current database: each image is a block
+/// reference marked `(FPW…)` in `pg_get_wal_records_info`'s `block_ref` text (PostgreSQL 15's format:
+/// `rel SPC/DB/FILENODE fork main blk N (FPW); hole: offset: O, length: L`).
+const IMAGED: &str = "\
+    SELECT COALESCE(c.relname, m[2]) AS relation, count(*) AS pages, sum(8192 - m[3]::int)::float8 AS bytes \
+    FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn) r \
+    CROSS JOIN LATERAL regexp_matches(r.block_ref, \
+      'rel \\d+/(\\d+)/(\\d+) fork \\w+ blk \\d+ \\(FPW[^)]*\\); hole: offset: \\d+, length: (\\d+)', 'g') m \
+    LEFT JOIN pg_class c ON c.relfilenode = m[2]::oid \
+    WHERE r.fpi_length > 0 \
+      AND m[1]::oid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+    GROUP BY 1 ORDER BY 3 DESC LIMIT $3";
 
 /// Makes `pg_walinspect` available in the database of `pool` if it can; false when it cannot (an older
 /// server, no contrib package, no right to create it), and then [`since`] reports only the size.
@@ -117,5 +153,16 @@ pub async fn since(pool: &PgPool, start: &Mark, inspected: bool) -> anyhow::Resu
             Err(error) => eprintln!("herald-bench: cannot inspect the WAL ({error}); only its size is reported"),
         }
     }
-    Ok(Use { bytes, kinds })
+    let mut imaged = Vec::new();
+    if !kinds.is_empty() {
+        let rows: Result<Vec<(String, i64, f64)>, _> =
+            sqlx::query_as(IMAGED).bind(&start.0).bind(&end).bind(RELATIONS).fetch_all(pool).await;
+        match rows {
+            Ok(rows) => {
+                imaged = rows.into_iter().map(|(relation, pages, bytes)| Imaged { relation, pages, bytes }).collect();
+            }
+            Err(error) => eprintln!("herald-bench: cannot split the WAL's page images by relation ({error})"),
+        }
+    }
+    Ok(Use { bytes, kinds, imaged })
 }
