@@ -80,7 +80,7 @@ const WRITE_DECISIONS: &str = "WITH u AS ( \
               action, outcome)), \
      held AS ( \
        UPDATE delivery_task t SET state = u.state, \
-         attempt_token = CASE WHEN u.hold THEN gen_random_uuid() END, \
+         attempt_token = CASE WHEN u.hold THEN herald_uuid_v7() END, \
          lease_owner = CASE WHEN u.hold THEN $16 END, \
          lease_until = CASE WHEN u.hold THEN u.next_at END, \
          next_attempt_at = u.next_at, \
@@ -94,7 +94,7 @@ const WRITE_DECISIONS: &str = "WITH u AS ( \
      attempts AS ( \
        INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, action, lease_owner, outcome, \
          started_at, finished_at) \
-       SELECT h.user_id, h.id, h.last_attempt_no, COALESCE(h.attempt_token, gen_random_uuid()), u.action, \
+       SELECT h.user_id, h.id, h.last_attempt_no, COALESCE(h.attempt_token, herald_uuid_v7()), u.action, \
          CASE WHEN u.hold THEN $16 END, u.outcome, $17, CASE WHEN u.hold THEN NULL ELSE $17 END \
        FROM held h JOIN u ON u.user_id = h.user_id AND u.id = h.id \
        WHERE u.d_no > 0) \

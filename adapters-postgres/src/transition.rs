@@ -50,7 +50,7 @@ pub(crate) async fn record_decision(
     sqlx::query(
         "WITH bump AS (UPDATE delivery_task SET last_attempt_no = $3 WHERE user_id = $1 AND id = $2) \
          INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, outcome, note, started_at, finished_at) \
-         VALUES ($1, $2, $3, gen_random_uuid(), $4, $5, $6, $6)",
+         VALUES ($1, $2, $3, herald_uuid_v7(), $4, $5, $6, $6)",
     )
     .bind(task.user_id.as_str())
     .bind(task.id.0)

@@ -34,3 +34,45 @@ async fn two_installations_sharing_a_webhook_each_get_their_own_send() {
     }
     assert_eq!(first.push.sends(), 2, "each installation's notification was really sent");
 }
+
+/// References and attempt tokens are version 7 UUIDs (migration `0013`): minted later, they sort later, so
+/// the index entries of the tasks being delivered now share the right-hand leaves of their indexes instead
+/// of landing on random pages of a big one.
+#[tokio::test]
+async fn references_and_attempt_tokens_are_time_ordered() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    world.user("u1", &["push"]).await.expect("user");
+    let mut created = Vec::new();
+    for n in 0..3 {
+        created.push(world.submit("u1", &format!("ordered-{n}"), HOUR, None).await.expect("submit"));
+        // Version 7 orders by the millisecond; within one the rest is random.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    world.worker("w1", 60_000).drain(5).await.expect("drain");
+    let rows: Vec<(uuid::Uuid, uuid::Uuid)> = sqlx::query_as(
+        "SELECT t.reference, a.attempt_token FROM delivery_task t \
+         JOIN delivery_attempt a ON a.user_id = t.user_id AND a.task_id = t.id \
+         WHERE t.user_id = 'u1' ORDER BY t.id",
+    )
+    .fetch_all(world.store.pool())
+    .await
+    .expect("keys");
+    assert_eq!(rows.len(), 3, "one task and one attempt per notification");
+    for (reference, token) in &rows {
+        assert_eq!(reference.get_version_num(), 7, "reference {reference}");
+        assert_eq!(token.get_version_num(), 7, "attempt token {token}");
+        assert_eq!(reference.get_variant(), uuid::Variant::RFC4122);
+    }
+    let references: Vec<uuid::Uuid> = rows.iter().map(|r| r.0).collect();
+    assert!(references.is_sorted(), "references follow creation order: {references:?}");
+    // The time inside is the database's clock at creation, not a constant.
+    let (secs, _) = references[0].get_timestamp().expect("a version 7 UUID has a time").to_unix();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs();
+    assert!(now.abs_diff(secs) < 600, "minted at {secs} s, now {now} s");
+    let views: Vec<String> = created.iter().map(|c| c.tasks[0].reference.clone()).collect();
+    assert_eq!(
+        views,
+        references.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "creation answers with the same references"
+    );
+}
