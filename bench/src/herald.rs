@@ -416,6 +416,17 @@ impl Herald {
         Ok(Drain { tasks, secs, cpu: Some(cpu) })
     }
 
+    /// The control of migration `0013`: references and attempt tokens minted random (version 4) again.
+    pub async fn random_keys(&self) -> anyhow::Result<()> {
+        sqlx::query("CREATE OR REPLACE FUNCTION herald_uuid_v7() RETURNS uuid LANGUAGE sql VOLATILE AS 'SELECT gen_random_uuid()'")
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("ALTER TABLE delivery_task ALTER COLUMN reference SET DEFAULT gen_random_uuid()")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// The WAL written by the last drain (from its workers' start to its last finish), once.
     pub fn take_wal(&mut self) -> Option<wal::Use> {
         self.last_wal.take()

@@ -42,6 +42,9 @@ pub struct Plan {
     pub processes: usize,
     /// Finished tasks in the tables for the second drain.
     pub history: u64,
+    /// The control of migration `0013`: Herald's references and attempt tokens minted random (version 4)
+    /// again, as before it (`--herald-only` runs).
+    pub random_keys: bool,
     pub submit_clients: usize,
     pub submit_secs: f64,
     pub latency_secs: f64,
@@ -62,13 +65,13 @@ struct Options {
 }
 
 const USAGE: &str = "usage: herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] \
-                     [--herald-only] [--history TASKS] [--profile NAME] [--command TEXT]";
+                     [--herald-only] [--history TASKS] [--random-keys] [--profile NAME] [--command TEXT]";
 
 fn options() -> anyhow::Result<Options> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mut quick, mut scaling, mut write, mut herald_only) = (false, false, false, false);
     let (mut herald, mut apalis, mut profile, mut command) = (None, None, "release".to_owned(), String::new());
-    let mut history = None;
+    let (mut history, mut random_keys) = (None, false);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().cloned().context(USAGE);
@@ -77,6 +80,7 @@ fn options() -> anyhow::Result<Options> {
             "--scaling" => scaling = true,
             "--write" => write = true,
             "--herald-only" => herald_only = true,
+            "--random-keys" => random_keys = true,
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--apalis" => apalis = Some(PathBuf::from(value()?)),
             "--profile" => profile = value()?,
@@ -93,6 +97,9 @@ fn options() -> anyhow::Result<Options> {
     if herald_only && write {
         bail!("--herald-only measures no peer, so it has no ratios to write: drop --write");
     }
+    if random_keys && !herald_only {
+        bail!("--random-keys is a control for --herald-only runs: its figures are not Herald's");
+    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_path_buf();
     let mut plan = if quick {
         Plan {
@@ -104,6 +111,7 @@ fn options() -> anyhow::Result<Options> {
             notifications: 2_500,
             processes: 2,
             history: 100_000,
+            random_keys,
             submit_clients: 16,
             submit_secs: 3.0,
             latency_secs: 3.0,
@@ -124,6 +132,7 @@ fn options() -> anyhow::Result<Options> {
             notifications: 20_000,
             processes: 2,
             history: 10_000_000,
+            random_keys,
             submit_clients: 32,
             submit_secs: 15.0,
             latency_secs: 20.0,
@@ -293,6 +302,10 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
     let sizing = Sizing::for_processes(plan.processes);
     figures.sizing = Some(sizing);
     herald.serve(&[]).await?;
+    if plan.random_keys {
+        herald.random_keys().await?;
+        say("keys: references and attempt tokens random (version 4), as before migration 0013");
+    }
     herald.preferences().await?;
     herald.stop_all(false).await;
 
