@@ -36,6 +36,9 @@ pub struct Imaged {
     pub pages: i64,
     /// Image bytes: the page less its unused middle (the "hole" PostgreSQL leaves out).
     pub bytes: f64,
+    /// Where the imaged pages lie in the relation as it is at the end, as fractions of its size (the 10th,
+    /// 50th and 90th percentile: near 1 for pages added lately, spread for pages all over it).
+    pub position: [f64; 3],
 }
 
 /// WAL written between two marks.
@@ -47,6 +50,9 @@ pub struct Use {
     /// Full-page images by relation, largest first (at most [`RELATIONS`]); empty when not available.
     pub imaged: Vec<Imaged>,
 }
+
+/// A row of [`IMAGED`]: relation, pages, bytes, and the three percentiles of the pages' positions.
+type ImageRow = (String, i64, f64, Vec<f64>);
 
 /// How many relations [`Use::imaged`] names.
 pub const RELATIONS: i64 = 6;
@@ -85,9 +91,20 @@ impl Use {
             let relations: Vec<String> = self
                 .imaged
                 .iter()
-                .map(|r| format!("{} {:.2} pages, {:.0} B", r.relation, r.pages as f64 / per, r.bytes / per))
+                .map(|r| {
+                    let [p10, p50, p90] = r.position;
+                    format!(
+                        "{} {:.2} pages, {:.0} B (at {p10:.3}/{p50:.3}/{p90:.3} of it)",
+                        r.relation,
+                        r.pages as f64 / per,
+                        r.bytes / per
+                    )
+                })
                 .collect();
-            line.push_str(&format!("; full-page images by relation per {unit}: {}", relations.join("; ")));
+            line.push_str(&format!(
+                "; full-page images by relation per {unit} (where in the relation, p10/p50/p90): {}",
+                relations.join("; ")
+            ));
         }
         line
     }
@@ -97,14 +114,18 @@ impl Use {
 /// reference marked `(FPW…)` in `pg_get_wal_records_info`'s `block_ref` text (PostgreSQL 15's format:
 /// `rel SPC/DB/FILENODE fork main blk N (FPW); hole: offset: O, length: L`).
 const IMAGED: &str = "\
-    SELECT COALESCE(c.relname, m[2]) AS relation, count(*) AS pages, sum(8192 - m[3]::int)::float8 AS bytes \
-    FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn) r \
-    CROSS JOIN LATERAL regexp_matches(r.block_ref, \
-      'rel \\d+/(\\d+)/(\\d+) fork \\w+ blk \\d+ \\(FPW[^)]*\\); hole: offset: \\d+, length: (\\d+)', 'g') m \
-    LEFT JOIN pg_class c ON c.relfilenode = m[2]::oid \
-    WHERE r.fpi_length > 0 \
-      AND m[1]::oid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-    GROUP BY 1 ORDER BY 3 DESC LIMIT $3";
+    WITH image AS ( \
+      SELECT COALESCE(c.relname, m[2]) AS relation, 8192 - m[4]::int AS bytes, \
+        m[3]::float8 / greatest(pg_relation_size(c.oid) / 8192, 1) AS position \
+      FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn) r \
+      CROSS JOIN LATERAL regexp_matches(r.block_ref, \
+        'rel \\d+/(\\d+)/(\\d+) fork \\w+ blk (\\d+) \\(FPW[^)]*\\); hole: offset: \\d+, length: (\\d+)', 'g') m \
+      LEFT JOIN pg_class c ON c.relfilenode = m[2]::oid \
+      WHERE r.fpi_length > 0 \
+        AND m[1]::oid = (SELECT oid FROM pg_database WHERE datname = current_database())) \
+    SELECT relation, count(*) AS pages, sum(bytes)::float8 AS bytes, \
+      percentile_cont(ARRAY[0.1, 0.5, 0.9]) WITHIN GROUP (ORDER BY position) AS position \
+    FROM image GROUP BY relation ORDER BY 3 DESC LIMIT $3";
 
 /// Makes `pg_walinspect` available in the database of `pool` if it can; false when it cannot (an older
 /// server, no contrib package, no right to create it), and then [`since`] reports only the size.
@@ -155,11 +176,17 @@ pub async fn since(pool: &PgPool, start: &Mark, inspected: bool) -> anyhow::Resu
     }
     let mut imaged = Vec::new();
     if !kinds.is_empty() {
-        let rows: Result<Vec<(String, i64, f64)>, _> =
+        let rows: Result<Vec<ImageRow>, _> =
             sqlx::query_as(IMAGED).bind(&start.0).bind(&end).bind(RELATIONS).fetch_all(pool).await;
         match rows {
             Ok(rows) => {
-                imaged = rows.into_iter().map(|(relation, pages, bytes)| Imaged { relation, pages, bytes }).collect();
+                imaged = rows
+                    .into_iter()
+                    .map(|(relation, pages, bytes, at)| {
+                        let position = [0, 1, 2].map(|i| at.get(i).copied().unwrap_or(f64::NAN));
+                        Imaged { relation, pages, bytes, position }
+                    })
+                    .collect();
             }
             Err(error) => eprintln!("herald-bench: cannot split the WAL's page images by relation ({error})"),
         }
