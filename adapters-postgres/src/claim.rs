@@ -31,9 +31,14 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 /// decide on a state that no longer exists.
 ///
 /// A lease is over only once its end has passed (`lease_until < now`), while any other due task is
-/// runnable at its due time: a queue row due exactly now is passed over when its task is `SENDING` (one
-/// index probe, for those rows only). Taken into the `LIMIT`, such a row would be dropped by the re-check
-/// and the claim would come back short while runnable tasks wait behind it.
+/// runnable at its due time: a queue row due exactly now is passed over when its task is `SENDING`. Taken
+/// into the `LIMIT`, such a row would be dropped by the re-check and the claim would come back short while
+/// runnable tasks wait behind it. The state is read with a scalar subquery, one index probe for those rows
+/// only, which the planner must run row by row. Written as `NOT EXISTS (… AND s.state = 'SENDING')`, the
+/// planner may hash it: with statistics that show few `SENDING` tasks, the first row due exactly now made
+/// the claim read the whole of `delivery_task`, every finished task included, to build the hash (150 ms
+/// with 140,000 tasks in the benchmark's latency phase, where new tasks are due the millisecond they are
+/// created). `tests/tests/it/reliability.rs` keeps that text as its negative control.
 ///
 /// Oldest due first, ties by id, so a backlog drains in order. A rate-limited channel whose next egress
 /// slot is not free yet (`$4`/`$5`: the channels with an interval and their spacing, interval + guard,
@@ -43,8 +48,8 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 pub const CLAIM_QUERY: &str = concat!(
     "WITH due AS MATERIALIZED (SELECT q.user_id, q.task_id FROM task_queue q \
        WHERE q.due_at <= $1 AND q.channel = ANY($2) \
-         AND (q.due_at < $1 OR NOT EXISTS (SELECT 1 FROM delivery_task s \
-               WHERE s.user_id = q.user_id AND s.id = q.task_id AND s.state = 'SENDING')) \
+         AND (q.due_at < $1 OR (SELECT s.state FROM delivery_task s \
+               WHERE s.user_id = q.user_id AND s.id = q.task_id) IS DISTINCT FROM 'SENDING') \
          AND NOT EXISTS (SELECT 1 FROM channel_egress e \
                JOIN unnest($4::text[], $5::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
                WHERE e.channel = q.channel AND e.last_call_at > $1 - r.spacing_ms * interval '1 millisecond') \

@@ -8,8 +8,8 @@ BEGIN;
 WITH due AS MATERIALIZED (
     SELECT q.user_id, q.task_id FROM task_queue q
     WHERE q.due_at <= now() AND q.channel = ANY('{push,sms}'::text[])
-      AND (q.due_at < now() OR NOT EXISTS (SELECT 1 FROM delivery_task s
-            WHERE s.user_id = q.user_id AND s.id = q.task_id AND s.state = 'SENDING'))
+      AND (q.due_at < now() OR (SELECT s.state FROM delivery_task s
+            WHERE s.user_id = q.user_id AND s.id = q.task_id) IS DISTINCT FROM 'SENDING')
     ORDER BY q.due_at, q.task_id
     LIMIT :batch
     FOR NO KEY UPDATE OF q SKIP LOCKED),

@@ -579,6 +579,82 @@ async fn the_claim_reads_the_queue_by_its_due_index() {
     assert!(plan.contains(" on delivery_task t"), "the tasks are read:\n{plan}");
 }
 
+/// A task due the very millisecond of the claim is checked with one index probe, however the statistics
+/// stand: `delivery_task` is never read whole. In live traffic a new task is due the millisecond it is
+/// created, and the table keeps every finished task. Here the statistics come from 3,000 tasks that were
+/// due and are rescheduled since, as in a server whose last `ANALYZE` saw a backlog; the one due task was
+/// submitted at the claim's `now`. The negative control runs the earlier text of the same predicate
+/// (`NOT EXISTS (… AND s.state = 'SENDING')`): the planner hashes it, and the claim reads the whole table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_due_at_the_claims_instant_is_checked_without_reading_every_task() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    world.user("u1", &["push"]).await.expect("user");
+    let pool = world.store.pool();
+    sqlx::query(
+        "WITH n AS (INSERT INTO notification (user_id, event_key, body, created_at, expires_at) \
+           SELECT 'old', 'old-' || g, 'b', $1 - interval '1 minute', $1 + interval '1 day' \
+           FROM generate_series(1, 3000) g RETURNING user_id, id) \
+         INSERT INTO delivery_task (user_id, notification_id, channel, state, next_attempt_at, max_attempts, \
+           created_at, updated_at) \
+         SELECT user_id, id, 'push', 'PENDING', $1 - interval '1 minute', 8, $1, $1 FROM n",
+    )
+    .bind(at(T0))
+    .execute(pool)
+    .await
+    .expect("backlog");
+    sqlx::query("ANALYZE delivery_task, task_queue").execute(pool).await.expect("analyze");
+    sqlx::query("UPDATE delivery_task SET next_attempt_at = $1 + interval '1 day' WHERE user_id = 'old'")
+        .bind(at(T0))
+        .execute(pool)
+        .await
+        .expect("reschedule");
+    let due = world.submit("u1", "now", HOUR, None).await.expect("submit").tasks[0].task_id;
+
+    let new_predicate = "(SELECT s.state FROM delivery_task s \
+               WHERE s.user_id = q.user_id AND s.id = q.task_id) IS DISTINCT FROM 'SENDING'";
+    let old_predicate = "NOT EXISTS (SELECT 1 FROM delivery_task s \
+               WHERE s.user_id = q.user_id AND s.id = q.task_id AND s.state = 'SENDING')";
+    assert!(herald_postgres::CLAIM_QUERY.contains(new_predicate), "the claim query's text changed");
+    let explained = |query: String| async move {
+        let mut tx = pool.begin().await.expect("begin");
+        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {query}"))
+            .bind(at(T0))
+            .bind(vec!["push".to_owned()])
+            .bind(32_i64)
+            .bind(Vec::<String>::new())
+            .bind(Vec::<i64>::new())
+            .fetch_all(&mut *tx)
+            .await
+            .expect("explain");
+        tx.rollback().await.expect("rollback");
+        plan.join("\n")
+    };
+    let plan = explained(herald_postgres::CLAIM_QUERY.to_owned()).await;
+    assert!(!plan.contains("Seq Scan on delivery_task"), "the claim read delivery_task whole:\n{plan}");
+    assert!(!plan.contains("hashed SubPlan") && plan.contains("SubPlan"), "one probe per row due now:\n{plan}");
+
+    // Negative control: the earlier text, under the same statistics, hashes every task of the table.
+    let earlier = herald_postgres::CLAIM_QUERY.replace(new_predicate, old_predicate);
+    let tasks =
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM delivery_task").fetch_one(pool).await.expect("count");
+    let control = explained(earlier).await;
+    assert!(control.contains("hashed SubPlan"), "{control}");
+    let scan =
+        control.lines().find(|l| l.contains("Seq Scan on delivery_task s")).unwrap_or_else(|| panic!("{control}"));
+    assert!(!scan.contains("never executed"), "the hash was built: {scan}");
+    assert!(control.contains(&format!("Rows Removed by Filter: {tasks}")), "every task was read:\n{control}");
+
+    let request =
+        ClaimRequest { worker: "w1".into(), now: T0, lease: Millis(60_000), limit: 32, channels: world.table() };
+    let claimed = world.store.claim(&request).await.expect("claim").claimed;
+    assert_eq!(claimed.iter().map(|t| t.task_id).collect::<Vec<_>>(), vec![due], "the task due now is claimed");
+}
+
+/// A stored timestamp as the database takes it.
+fn at(t: Timestamp) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(t.0).expect("a valid instant")
+}
+
 /// Five notifications on a 10 s channel, submitted one second apart: they are called in the order they
 /// became due, one per slot, and the waiting ones are not rewritten at every slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
