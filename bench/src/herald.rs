@@ -201,6 +201,23 @@ pub struct Latency {
     pub answer_p99: f64,
     /// Submissions answered 503/429 and tried again.
     pub refused: u64,
+    /// Where the time went, for every call and for the slowest 1 %.
+    pub parts: Option<Parts>,
+}
+
+/// Submit → call split at the clock reads Herald stores: the API's (the notification's `created_at`) and
+/// the claim's (the attempt's `started_at`). Same machine, so one clock; each part's p50 and p99 over all
+/// calls, and its mean over the slowest 1 % of calls (what the p99 is made of). In ms.
+#[derive(Clone, Copy, Debug)]
+pub struct Parts {
+    /// Request sent → the API's clock read (HTTP, parsing, authentication).
+    pub to_api: [f64; 3],
+    /// The API's clock read → its answer (the create's transaction and commit).
+    pub to_answer: [f64; 3],
+    /// The API's clock read → the claim's (commit, wake-up, the worker's turn to claim).
+    pub to_claim: [f64; 3],
+    /// The claim's clock read → the call at the stand-in (the claim's statements and commit, the call).
+    pub to_call: [f64; 3],
 }
 
 /// Memory of one worker process with calls held open.
@@ -546,7 +563,7 @@ impl Herald {
         let (push_base, sms_base) = (self.standins.push.messages().len(), self.standins.sms.messages().len());
         let count = (rate * secs).round().max(1.0) as usize;
         let sent_at: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; count]));
-        let answered: Arc<Mutex<Vec<f64>>> = Arc::new(Mutex::new(Vec::with_capacity(count)));
+        let answered: Arc<Mutex<Vec<Option<f64>>>> = Arc::new(Mutex::new(vec![None; count]));
         let client = reqwest::Client::new();
         let started = Instant::now();
         let tag = format!("lat{}", self.started);
@@ -572,7 +589,7 @@ impl Herald {
                     let r =
                         client.post(format!("{api}/v1/notifications")).bearer_auth(&token).json(&body).send().await?;
                     if r.status().is_success() {
-                        answered.lock().expect("lock").push(first_try.elapsed().as_secs_f64() * 1000.0);
+                        answered.lock().expect("lock")[i] = Some(first_try.elapsed().as_secs_f64() * 1000.0);
                         return anyhow::Ok(refused);
                     }
                     ensure!(
@@ -593,19 +610,76 @@ impl Herald {
         self.stop_all(false).await;
         let sent_at = sent_at.lock().expect("lock").clone();
         let prefix = format!("{tag}:");
-        let mut millis: Vec<f64> = self.standins.push.messages()[push_base..]
+        // (notification, channel, instant of the call at the stand-in)
+        let calls: Vec<(usize, &'static str, Instant)> = self.standins.push.messages()[push_base..]
             .iter()
-            .chain(self.standins.sms.messages()[sms_base..].iter())
-            .filter_map(|m| {
-                let i: usize = m.text.strip_prefix(&prefix)?.parse().ok()?;
-                Some(m.instant.saturating_duration_since(sent_at[i]?).as_secs_f64() * 1000.0)
-            })
+            .map(|m| (m, "push"))
+            .chain(self.standins.sms.messages()[sms_base..].iter().map(|m| (m, "sms")))
+            .filter_map(|(m, channel)| Some((m.text.strip_prefix(&prefix)?.parse().ok()?, channel, m.instant)))
             .collect();
-        ensure!(millis.len() == count * 2, "expected {} calls at the stand-ins, saw {}", count * 2, millis.len());
-        let mut answers = answered.lock().expect("lock").clone();
+        ensure!(calls.len() == count * 2, "expected {} calls at the stand-ins, saw {}", count * 2, calls.len());
+        let since =
+            |i: usize, at: Instant| sent_at[i].map(|sent| at.saturating_duration_since(sent).as_secs_f64() * 1000.0);
+        let mut millis: Vec<f64> = calls.iter().filter_map(|&(i, _, at)| since(i, at)).collect();
+        let answers = answered.lock().expect("lock").clone();
+        let mut answer_millis: Vec<f64> = answers.iter().flatten().copied().collect();
         let (p50, p99, max) = (quantile(&mut millis, 0.50), quantile(&mut millis, 0.99), quantile(&mut millis, 1.0));
-        let (answer_p50, answer_p99) = (quantile(&mut answers, 0.50), quantile(&mut answers, 0.99));
-        Ok(Latency { rate, calls: millis.len(), p50, p99, max, answer_p50, answer_p99, refused })
+        let (answer_p50, answer_p99) = (quantile(&mut answer_millis, 0.50), quantile(&mut answer_millis, 0.99));
+        let parts = self.parts(&tag, started, &sent_at, &answers, &calls).await?;
+        Ok(Latency { rate, calls: millis.len(), p50, p99, max, answer_p50, answer_p99, refused, parts })
+    }
+
+    /// Splits each call's latency at the clock reads stored with it ([`Parts`]). `started` is when the
+    /// clients began; the stored times are on the same clock as the machine's `SystemTime`, read here
+    /// against `started`. `None` when the rows are not all there.
+    async fn parts(
+        &self,
+        tag: &str,
+        started: Instant,
+        sent_at: &[Option<Instant>],
+        answers: &[Option<f64>],
+        calls: &[(usize, &'static str, Instant)],
+    ) -> anyhow::Result<Option<Parts>> {
+        // The wall clock at `started`: now's wall clock less the time since.
+        let started_wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs_f64()
+            - started.elapsed().as_secs_f64();
+        let rows: Vec<(String, String, f64, f64)> = sqlx::query_as(
+            "SELECT n.event_key, t.channel, extract(epoch FROM n.created_at)::float8, \
+                    extract(epoch FROM a.started_at)::float8 \
+             FROM notification n JOIN delivery_task t ON t.user_id = n.user_id AND t.notification_id = n.id \
+             JOIN delivery_attempt a ON a.user_id = t.user_id AND a.task_id = t.id AND a.attempt_no = 1 \
+             WHERE n.event_key LIKE $1",
+        )
+        .bind(format!("{tag}-%"))
+        .fetch_all(&self.pool)
+        .await?;
+        let prefix = format!("{tag}-");
+        // ms since `started`, keyed by (notification, channel)
+        let mut stored = std::collections::HashMap::new();
+        for (key, channel, created, claimed) in rows {
+            let Some(Ok(i)) = key.strip_prefix(&prefix).map(str::parse::<usize>) else { continue };
+            stored.insert((i, channel), ((created - started_wall) * 1000.0, (claimed - started_wall) * 1000.0));
+        }
+        let at = |instant: Instant| instant.saturating_duration_since(started).as_secs_f64() * 1000.0;
+        // (total, to_api, to_answer, to_claim, to_call) per call
+        let mut split = Vec::with_capacity(calls.len());
+        for &(i, channel, call) in calls {
+            let (Some(sent), Some(answer), Some(&(created, claimed))) =
+                (sent_at[i], answers[i], stored.get(&(i, channel.to_owned())))
+            else {
+                return Ok(None);
+            };
+            let (sent, call) = (at(sent), at(call));
+            split.push([call - sent, created - sent, sent + answer - created, claimed - created, call - claimed]);
+        }
+        split.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        let tail = &split[split.len() - split.len().div_ceil(100)..];
+        let part = |k: usize| {
+            let mut all: Vec<f64> = split.iter().map(|s| s[k]).collect();
+            let mean = tail.iter().map(|s| s[k]).sum::<f64>() / tail.len() as f64;
+            [quantile(&mut all, 0.50), quantile(&mut all, 0.99), mean]
+        };
+        Ok(Some(Parts { to_api: part(1), to_answer: part(2), to_claim: part(3), to_call: part(4) }))
     }
 
     /// Adds `tasks` finished tasks (SENT, one ACCEPTED attempt each, two per notification, with inbox

@@ -45,6 +45,8 @@ pub struct Plan {
     /// The control of migration `0013`: Herald's references and attempt tokens minted random (version 4)
     /// again, as before it (`--herald-only` runs).
     pub random_keys: bool,
+    /// Only the latency phase, at this many notifications per second (`--herald-only` runs).
+    pub latency_at: Option<f64>,
     pub submit_clients: usize,
     pub submit_secs: f64,
     pub latency_secs: f64,
@@ -65,13 +67,14 @@ struct Options {
 }
 
 const USAGE: &str = "usage: herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] \
-                     [--herald-only] [--history TASKS] [--random-keys] [--profile NAME] [--command TEXT]";
+                     [--herald-only] [--history TASKS] [--random-keys] [--latency-at RATE] [--profile NAME] \
+                     [--command TEXT]";
 
 fn options() -> anyhow::Result<Options> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mut quick, mut scaling, mut write, mut herald_only) = (false, false, false, false);
     let (mut herald, mut apalis, mut profile, mut command) = (None, None, "release".to_owned(), String::new());
-    let (mut history, mut random_keys) = (None, false);
+    let (mut history, mut random_keys, mut latency_at) = (None, false, None);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().cloned().context(USAGE);
@@ -85,6 +88,9 @@ fn options() -> anyhow::Result<Options> {
             "--apalis" => apalis = Some(PathBuf::from(value()?)),
             "--profile" => profile = value()?,
             "--command" => command = value()?,
+            "--latency-at" => {
+                latency_at = Some(value()?.parse::<f64>().context("--latency-at takes notifications per second")?);
+            }
             "--history" => history = Some(value()?.parse().context("--history takes a number of tasks")?),
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -100,6 +106,9 @@ fn options() -> anyhow::Result<Options> {
     if random_keys && !herald_only {
         bail!("--random-keys is a control for --herald-only runs: its figures are not Herald's");
     }
+    if latency_at.is_some() && !herald_only {
+        bail!("--latency-at measures the latency alone: it goes with --herald-only");
+    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_path_buf();
     let mut plan = if quick {
         Plan {
@@ -112,6 +121,7 @@ fn options() -> anyhow::Result<Options> {
             processes: 2,
             history: 100_000,
             random_keys,
+            latency_at,
             submit_clients: 16,
             submit_secs: 3.0,
             latency_secs: 3.0,
@@ -133,6 +143,7 @@ fn options() -> anyhow::Result<Options> {
             processes: 2,
             history: 10_000_000,
             random_keys,
+            latency_at,
             submit_clients: 32,
             submit_secs: 15.0,
             latency_secs: 20.0,
@@ -291,6 +302,29 @@ async fn run_peers(
     Ok(())
 }
 
+/// The latency phase at `rate` notifications per second, printed with where its time went.
+async fn latency(plan: &Plan, herald: &mut Herald, rate: f64, sizing: Sizing) -> anyhow::Result<herald::Latency> {
+    let l = herald.latency(rate, plan.latency_secs, sizing).await?;
+    say(format!(
+        "Herald latency submit → call at {:.0} notifications/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; the API's \
+         answer p50 {:.1} ms, p99 {:.1} ms ({} calls, {} submissions refused with 503/429 and tried again)",
+        l.rate, l.p50, l.p99, l.max, l.answer_p50, l.answer_p99, l.calls, l.refused
+    ));
+    match l.parts {
+        Some(p) => {
+            let show = |what: &str, [p50, p99, tail]: [f64; 3]| {
+                say(format!("  {what:<42} p50 {p50:6.1} ms, p99 {p99:6.1} ms, slowest 1 % of calls: {tail:6.1} ms"));
+            };
+            show("sent → the API's clock read", p.to_api);
+            show("the API's clock read → its answer", p.to_answer);
+            show("the API's clock read → the claim's", p.to_claim);
+            show("the claim's clock read → the call", p.to_call);
+        }
+        None => say("  (the latency's parts: some rows were missing)"),
+    }
+    Ok(l)
+}
+
 /// Prints the last drain's WAL and hands it to the report.
 fn report_wal(herald: &mut Herald, deliveries: u64, what: &str) -> Option<wal::Use> {
     let used = herald.take_wal()?;
@@ -308,6 +342,10 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
     }
     herald.preferences().await?;
     herald.stop_all(false).await;
+    if let Some(rate) = plan.latency_at {
+        figures.latency = Some(latency(plan, herald, rate, sizing).await?);
+        return Ok(());
+    }
 
     let (updates_before, hot_before) = herald.task_updates().await?;
     let d = herald.drain(plan.notifications, sizing).await?;
@@ -337,14 +375,7 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
     figures.end_to_end = Some(e2e);
 
     // Half the peak of the whole path, in notifications per second (two calls each).
-    let rate = 0.5 * e2e;
-    let l = herald.latency(rate, plan.latency_secs, sizing).await?;
-    say(format!(
-        "Herald latency submit → call at {:.0} notifications/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; the API's \
-         answer p50 {:.1} ms, p99 {:.1} ms ({} calls, {} submissions refused with 503/429 and tried again)",
-        l.rate, l.p50, l.p99, l.max, l.answer_p50, l.answer_p99, l.calls, l.refused
-    ));
-    figures.latency = Some(l);
+    figures.latency = Some(latency(plan, herald, 0.5 * e2e, sizing).await?);
 
     if plan.scaling {
         for processes in [1, 2, 4, 8] {

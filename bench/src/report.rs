@@ -243,6 +243,13 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
             l.answer_p99,
             if l.refused > 0 { format!(" ({} submissions answered 503 and retried)", l.refused) } else { String::new() }
         );
+        if let Some(p) = l.parts {
+            let _ = writeln!(
+                t,
+                "| The latency split at the clock reads Herald stores: API's clock read → its claim's; claim's clock read → the call (p50, p99; mean over the slowest 1 % of calls) | {:.1}, {:.1}; {:.1} ms — {:.1}, {:.1}; {:.1} ms | — |",
+                p.to_claim[0], p.to_claim[1], p.to_claim[2], p.to_call[0], p.to_call[1], p.to_call[2]
+            );
+        }
     }
     if let Some(r) = f.rss {
         let _ = writeln!(
@@ -433,7 +440,10 @@ pub fn benchmarks_md(plan: &Plan, m: &Machine, f: &Figures) -> String {
          figure nor the drain alone, is the peak of the path submit → call.\n\
          * **Latency**: `herald serve` plus the drain's workers; notifications submitted open-loop at half the \
          end-to-end peak for {lsecs:.0} s; from the moment a request is sent to the moment its call reaches \
-         the stand-in, both channels; the API's part is the time until its answer (the commit).\n\
+         the stand-in, both channels; the API's part is the time until its answer (the commit). The split \
+         uses the times Herald stores, on the same machine's clock: the notification's `created_at` (the \
+         API's clock read) and the first attempt's `started_at` (the claim's clock read); both are the \
+         database's clock carried forward by each process, so a part may be off by a millisecond or two.\n\
          * **Worker memory**: one `herald worker` with `worker.concurrency = {inflight}` and batch 1, over \
          {inflight} tasks of a channel whose stand-in accepts and holds every answer for 8 s; `VmRSS` and \
          `VmHWM` from `/proc/PID/status` once the calls are in flight.\n\
