@@ -138,14 +138,18 @@ pub(crate) async fn claim(pool: &PgPool, request: &ClaimRequest) -> Result<Claim
 /// The rate-limited channels (`$2`/`$3` as the claim query's `$4`/`$5`) whose egress slot is not free
 /// at `$1`, and that have a task runnable by the time it is (the claim query's runnable predicate at
 /// that instant): each with its latest reservation. Read, not locked — it only tells the worker when to
-/// claim again; the claim then decides under the row lock.
+/// claim again; the claim then decides under the row lock. As in the claim query, a queue row due before
+/// that instant is runnable by then (a `SENDING` task's row is due at its lease end), and only a row due
+/// exactly then needs its task's state, read by one index probe: no join with `delivery_task`, which a
+/// plan made on other statistics could hash whole.
 const WAITING_FOR_SLOT: &str = "SELECT e.channel, e.last_call_at FROM channel_egress e \
        JOIN unnest($2::text[], $3::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
        CROSS JOIN LATERAL (SELECT e.last_call_at + r.spacing_ms * interval '1 millisecond' AS free_at) s \
      WHERE s.free_at > $1 \
-       AND EXISTS (SELECT 1 FROM task_queue q JOIN delivery_task t ON t.user_id = q.user_id AND t.id = q.task_id \
+       AND EXISTS (SELECT 1 FROM task_queue q \
              WHERE q.channel = e.channel AND q.due_at <= s.free_at \
-               AND (t.state <> 'SENDING' OR t.lease_until < s.free_at))";
+               AND (q.due_at < s.free_at OR (SELECT t.state FROM delivery_task t \
+                     WHERE t.user_id = q.user_id AND t.id = q.task_id) IS DISTINCT FROM 'SENDING'))";
 
 /// The earliest instant a rate-limited channel with work waiting, which the claim passed over, may be
 /// called again: the domain's egress decision at `now` over each such channel's latest reservation.
