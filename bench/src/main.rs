@@ -148,7 +148,7 @@ fn options() -> anyhow::Result<Options> {
             submit_secs: 15.0,
             latency_secs: 20.0,
             in_flight: 1_000,
-            pgbench_tasks: 250_000,
+            pgbench_tasks: 400_000,
             pgbench_secs: 20,
             pgbench_clients: 4,
             limited: 10_000,
