@@ -1,7 +1,9 @@
 //! The claim (SPEC §4): the claim query, the decisions over a batch of locked rows and their one write (`claim_rows`), and
 //! the channel's egress reservation (SPEC §7) that the claim and the test send share.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
 use herald_domain::claim::{decide_claim, ClaimContext, ClaimDecision};
@@ -111,10 +113,17 @@ const WRITE_DECISIONS: &str = "WITH u AS ( \
 /// holders' attempts closed in one statement; every task and attempt row written in one; and, for a
 /// batch that came back short, one read of the rate-limited channels passed over with tasks due
 /// ([`WAITING_FOR_SLOT`]), so the batch tells when their slot is free (`ClaimBatch::next_slot`).
-pub(crate) async fn claim(pool: &PgPool, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+///
+/// `claimed` counts the rows this store's claims have taken, for [`plan_generation`].
+pub(crate) async fn claim(
+    pool: &PgPool,
+    request: &ClaimRequest,
+    claimed: &AtomicU64,
+) -> Result<ClaimBatch, StoreError> {
+    let generation = plan_generation(claimed.load(Ordering::Relaxed));
     let mut tx = pool.begin().await.map_err(store_error)?;
     let (limited, spacing) = egress_spacing(&request.channels);
-    let rows: Vec<ClaimRow> = sqlx::query_as(CLAIM_QUERY)
+    let rows: Vec<ClaimRow> = sqlx::query_as(&planned(CLAIM_QUERY, generation))
         .bind(to_db(request.now))
         .bind(channel_names(&request.channels))
         .bind(i64::from(request.limit))
@@ -123,16 +132,45 @@ pub(crate) async fn claim(pool: &PgPool, request: &ClaimRequest) -> Result<Claim
         .fetch_all(&mut *tx)
         .await
         .map_err(store_error)?;
-    let mut batch = claim_rows(&mut tx, rows, request).await?;
+    claimed.fetch_add(u64::try_from(rows.len()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    let mut batch = claim_rows(&mut tx, rows, request, generation).await?;
     let taken = batch.claimed.len() + batch.settled.len() + batch.deferred.len();
     if !limited.is_empty() && taken < usize::try_from(request.limit).unwrap_or(usize::MAX) {
         // A short claim: the worker would wait for its poll interval. Tell it when a channel passed
         // over for its slot can be called again.
-        let slot = waiting_for_slot(&mut tx, request, &limited, &spacing).await?;
+        let slot = waiting_for_slot(&mut tx, request, &limited, &spacing, generation).await?;
         batch.next_slot = earliest(batch.next_slot, slot);
     }
     tx.commit().await.map_err(store_error)?;
     Ok(batch)
+}
+
+/// Which plans of the claim's statements a connection uses, from the rows this store's claims have
+/// taken: 0 until 256, then one more each time that count doubles.
+///
+/// The statements are kept prepared, and a connection plans a prepared statement once for all after its
+/// first few runs (a generic plan), keeping that plan until the tables it reads are analyzed. Made while
+/// `delivery_task` held a few rows — a worker started on a new installation — the plan reads the whole
+/// table (a hash join over a sequential scan where each row wants one index probe), and goes on doing so
+/// as the table grows by every task delivered: where autovacuum is off or slow, for the connection's
+/// whole life. Each generation is a new statement text ([`planned`]), so every connection prepares and
+/// plans it again from the tables as they are then; a few dozen generations cover any lifetime, and each
+/// costs a connection a few plannings. Planning at every run instead (as the finish does) would cost the
+/// claim about 0.5 ms of the database's CPU each time.
+#[must_use]
+pub fn plan_generation(claimed: u64) -> u32 {
+    (claimed / 256).checked_ilog2().map_or(0, |doublings| doublings + 1)
+}
+
+/// The text of a claim statement for a plan generation: the statement itself, then a comment naming the
+/// generation (a different text is a different prepared statement).
+#[must_use]
+pub fn planned(sql: &str, generation: u32) -> Cow<'_, str> {
+    if generation == 0 {
+        Cow::Borrowed(sql)
+    } else {
+        Cow::Owned(format!("{sql} /* plan generation {generation} */"))
+    }
 }
 
 /// The rate-limited channels (`$2`/`$3` as the claim query's `$4`/`$5`) whose egress slot is not free
@@ -158,8 +196,9 @@ async fn waiting_for_slot(
     request: &ClaimRequest,
     limited: &[String],
     spacing: &[i64],
+    generation: u32,
 ) -> Result<Option<Timestamp>, StoreError> {
-    let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(WAITING_FOR_SLOT)
+    let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(&planned(WAITING_FOR_SLOT, generation))
         .bind(to_db(request.now))
         .bind(limited)
         .bind(spacing)
@@ -283,10 +322,13 @@ impl Writes {
 /// The rows are taken in channel order (the claim query's), so that the egress rows of several
 /// rate-limited channels are always locked in one global order — two claimers never wait on each
 /// other's rows (a deadlock) — and, within a channel, oldest due first.
+///
+/// `generation` names the plans of its statements ([`plan_generation`]).
 pub(crate) async fn claim_rows(
     conn: &mut PgConnection,
     mut rows: Vec<ClaimRow>,
     request: &ClaimRequest,
+    generation: u32,
 ) -> Result<ClaimBatch, StoreError> {
     rows.sort_by(|a, b| a.channel().cmp(b.channel()));
     let now = request.now;
@@ -378,9 +420,10 @@ pub(crate) async fn claim_rows(
             .map_err(store_error)?;
     }
     if !expired.0.is_empty() {
-        batch.lease_expired = expire_holders(conn, &expired, now).await?;
+        batch.lease_expired = expire_holders(conn, &expired, now, generation).await?;
     }
-    let held = if writes.id.is_empty() { Vec::new() } else { write_decisions(conn, &writes, request).await? };
+    let held =
+        if writes.id.is_empty() { Vec::new() } else { write_decisions(conn, &writes, request, generation).await? };
     let held: HashMap<i64, HeldRow> = held.into_iter().map(|h| (h.id, h)).collect();
 
     for (p, action, uncertain, uncertain_since) in calls {
@@ -432,8 +475,9 @@ async fn write_decisions(
     conn: &mut PgConnection,
     w: &Writes,
     request: &ClaimRequest,
+    generation: u32,
 ) -> Result<Vec<HeldRow>, StoreError> {
-    sqlx::query_as(WRITE_DECISIONS)
+    sqlx::query_as(&planned(WRITE_DECISIONS, generation))
         .bind(&w.user_id)
         .bind(&w.id)
         .bind(&w.state)
@@ -489,20 +533,20 @@ async fn expire_holders(
     conn: &mut PgConnection,
     expired: &(Vec<String>, Vec<Uuid>, Vec<String>),
     now: Timestamp,
+    generation: u32,
 ) -> Result<Vec<ChannelName>, StoreError> {
-    let channels: Vec<String> = sqlx::query_scalar(
-        "UPDATE delivery_attempt a SET outcome = 'LEASE_EXPIRED', finished_at = $3 \
+    const EXPIRE: &str = "UPDATE delivery_attempt a SET outcome = 'LEASE_EXPIRED', finished_at = $3 \
          FROM unnest($1::text[], $2::uuid[], $4::text[]) AS e(user_id, token, channel) \
          WHERE a.user_id = e.user_id AND a.attempt_token = e.token AND a.outcome IS NULL \
-         RETURNING e.channel",
-    )
-    .bind(&expired.0)
-    .bind(&expired.1)
-    .bind(to_db(now))
-    .bind(&expired.2)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(store_error)?;
+         RETURNING e.channel";
+    let channels: Vec<String> = sqlx::query_scalar(&planned(EXPIRE, generation))
+        .bind(&expired.0)
+        .bind(&expired.1)
+        .bind(to_db(now))
+        .bind(&expired.2)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(store_error)?;
     Ok(channels.into_iter().map(ChannelName).collect())
 }
 
@@ -553,4 +597,23 @@ pub(crate) async fn reserve_egress(
     let decision = egress(&mut tx, channel, rules, now).await?;
     tx.commit().await.map_err(store_error)?;
     Ok(decision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_made_again_each_time_the_claimed_rows_double() {
+        assert_eq!(plan_generation(0), 0);
+        assert_eq!(plan_generation(255), 0);
+        assert_eq!(plan_generation(256), 1);
+        assert_eq!(plan_generation(511), 1);
+        assert_eq!(plan_generation(512), 2);
+        assert_eq!(plan_generation(1_000_000), 12);
+        assert!(plan_generation(u64::MAX) < 64, "a few dozen generations for any lifetime");
+        assert_eq!(planned(CLAIM_QUERY, 0), CLAIM_QUERY, "the first generation is the statement as written");
+        assert_ne!(planned(CLAIM_QUERY, 1), planned(CLAIM_QUERY, 2), "each generation is a statement of its own");
+        assert!(planned(CLAIM_QUERY, 3).starts_with(CLAIM_QUERY));
+    }
 }

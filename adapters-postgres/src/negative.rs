@@ -37,7 +37,7 @@ pub async fn select_without_lock(store: &PgStore, request: &ClaimRequest) -> Res
 pub async fn claim_selected(store: &PgStore, request: &ClaimRequest, rows: &[PgRow]) -> Result<ClaimBatch, StoreError> {
     let mut tx = store.pool().begin().await.map_err(store_error)?;
     let rows = rows.iter().map(ClaimRow::from_row).collect::<Result<Vec<_>, _>>().map_err(store_error)?;
-    let batch = claim_rows(&mut tx, rows, request).await?;
+    let batch = claim_rows(&mut tx, rows, request, 0).await?;
     tx.commit().await.map_err(store_error)?;
     Ok(batch)
 }

@@ -1,6 +1,8 @@
 //! The [`PgStore`]: its pools and connection, and the [`NotificationStore`] implementation, which
 //! delegates each method to the module of its path (`create`, `claim`, `finish`, `resolve`, `read`, `views`).
 
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -31,6 +33,9 @@ pub struct PgStore {
     pub(crate) finishes: PgPool,
     /// Tells listening workers, debounced, that creates committed new tasks.
     announcer: Announcer,
+    /// Rows taken by this store's claims, shared by its clones: which plans the claim's statements use
+    /// (`claim::plan_generation`).
+    claimed: Arc<AtomicU64>,
 }
 
 impl PgStore {
@@ -44,7 +49,7 @@ impl PgStore {
 
     #[must_use]
     pub fn from_pool(pool: PgPool) -> PgStore {
-        PgStore { finishes: pool.clone(), announcer: Announcer::new(pool.clone()), pool }
+        PgStore { finishes: pool.clone(), announcer: Announcer::new(pool.clone()), pool, claimed: Arc::default() }
     }
 
     /// Gives finishes and give-backs a pool of their own of `max_connections` (SPEC §5: the outcome of a
@@ -199,7 +204,7 @@ impl NotificationStore for PgStore {
 
     #[tracing::instrument(skip_all, fields(worker = %request.worker))]
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        claim::claim(&self.pool, request).await
+        claim::claim(&self.pool, request, &self.claimed).await
     }
 
     #[tracing::instrument(skip_all, fields(task_id = %record.task_id))]

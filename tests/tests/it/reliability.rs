@@ -476,10 +476,22 @@ fn accepted_records(held: &[ClaimedTask], provider_msg_id: Option<&str>, now: Ti
 /// `delivery_attempt`'s sequential scans and updated rows as the statistics collector has them, once
 /// the counts of `flushed` (whose backend was asked to report at its next idle moment) have arrived.
 async fn attempt_scans(world: &World, flushed: &herald_postgres::PgStore, updates_at_least: i64) -> (i64, i64) {
+    table_scans(world, flushed, "delivery_attempt", updates_at_least).await
+}
+
+/// `table`'s sequential scans and updated rows as the statistics collector has them, once the counts of
+/// `flushed` (whose backend was asked to report at its next idle moment) have arrived.
+async fn table_scans(
+    world: &World,
+    flushed: &herald_postgres::PgStore,
+    table: &str,
+    updates_at_least: i64,
+) -> (i64, i64) {
     sqlx::query("SELECT pg_stat_force_next_flush()").execute(flushed.pool()).await.expect("flush");
     for _ in 0..200 {
         let (scans, updates): (i64, i64) =
-            sqlx::query_as("SELECT seq_scan, n_tup_upd FROM pg_stat_user_tables WHERE relname = 'delivery_attempt'")
+            sqlx::query_as("SELECT seq_scan, n_tup_upd FROM pg_stat_user_tables WHERE relname = $1")
+                .bind(table)
                 .fetch_one(world.store.pool())
                 .await
                 .expect("stats");
@@ -488,7 +500,7 @@ async fn attempt_scans(world: &World, flushed: &herald_postgres::PgStore, update
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("the finishes' statistics never arrived");
+    panic!("the statistics of {table} never arrived");
 }
 
 /// The batched finish finds its attempt rows by index however much `delivery_attempt` has grown since
@@ -653,6 +665,64 @@ async fn a_task_due_at_the_claims_instant_is_checked_without_reading_every_task(
 /// A stored timestamp as the database takes it.
 fn at(t: Timestamp) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::<chrono::Utc>::from_timestamp_millis(t.0).expect("a valid instant")
+}
+
+/// A worker started on a new installation does not go on reading `delivery_task` whole as the table
+/// grows. Its connection plans the claim's prepared statements once, after their first runs, while the
+/// table holds a few rows: a hash join over a sequential scan. The claim's statements change text (a new
+/// plan generation) each time the rows claimed through the store have doubled from 256, and each
+/// connection then plans them again. Here one connection claims 8 tasks, the table grows by 50,000
+/// unanalyzed rows, and 320 more tasks are claimed: the claims before the generation changes (the
+/// negative control: the plans made on the small table) read the table whole, those after it do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_plans_are_made_again_as_the_claimed_rows_double() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    world.user("u1", &["push"]).await.expect("user");
+    // No analyze but the test's: one would plan every statement again, the control's too.
+    sqlx::query("ALTER TABLE delivery_task SET (autovacuum_enabled = false)")
+        .execute(world.store.pool())
+        .await
+        .expect("no autovacuum");
+    // One connection: every claim runs on the backend that cached the first plans.
+    let store = herald_postgres::PgStore::connect(&world.db.url, 1).await.expect("store");
+    for i in 0..8 {
+        world.submit("u1", &format!("small-{i}"), HOUR, None).await.expect("submit");
+        assert_eq!(claim_and_finish(&world, &store, 1).await, 1);
+    }
+    sqlx::query(
+        "WITH n AS (INSERT INTO notification (user_id, event_key, body, created_at, expires_at) \
+           SELECT 'old', 'old-' || g, 'b', $1, $1 FROM generate_series(1, 50000) g RETURNING user_id, id) \
+         INSERT INTO delivery_task (user_id, notification_id, channel, state, max_attempts, attempt_count, \
+           last_attempt_no, created_at, updated_at) \
+         SELECT user_id, id, 'push', 'SENT', 8, 1, 1, $1, $1 FROM n",
+    )
+    .bind(at(T0))
+    .execute(world.store.pool())
+    .await
+    .expect("grow");
+    for i in 0..320 {
+        world.submit("u1", &format!("large-{i}"), HOUR, None).await.expect("submit");
+    }
+    // The last of the eight claims of 31 below still runs the first generation's plans, the next does not.
+    assert_eq!(herald_postgres::plan_generation(8 + 7 * 31), 0);
+    assert_eq!(herald_postgres::plan_generation(8 + 8 * 31), 1);
+
+    // Each task is updated twice, by its claim and by its finish.
+    let (scans_before, _) = table_scans(&world, &store, "delivery_task", 2 * 8).await;
+    for _ in 0..8 {
+        assert_eq!(claim_and_finish(&world, &store, 31).await, 31);
+    }
+    let (scans_control, _) = table_scans(&world, &store, "delivery_task", 2 * (8 + 8 * 31)).await;
+    assert!(scans_control - scans_before >= 8, "the plans made on a few rows read the grown table whole");
+
+    // The next claims (the second generation's first runs, then its cached plans) go by index.
+    let mut claimed = 0;
+    for _ in 0..9 {
+        claimed += claim_and_finish(&world, &store, 8).await;
+    }
+    assert_eq!(claimed, 320 - 8 * 31);
+    let (scans_after, _) = table_scans(&world, &store, "delivery_task", 2 * (8 + 320)).await;
+    assert_eq!(scans_after - scans_control, 0, "a claim read the grown table whole after the generation changed");
 }
 
 /// Five notifications on a 10 s channel, submitted one second apart: they are called in the order they
