@@ -512,6 +512,11 @@ async fn table_scans(
 async fn the_batched_finish_finds_attempts_by_index_however_the_table_grew() {
     let world = World::new(ClockMode::Manual).await.expect("world");
     world.user("u1", &["push"]).await.expect("user");
+    // No analyze but the test's: one would plan the control's statement again.
+    sqlx::query("ALTER TABLE delivery_attempt SET (autovacuum_enabled = false)")
+        .execute(world.store.pool())
+        .await
+        .expect("no autovacuum");
     // One connection: every finish below runs on the backend that ran the first ones.
     let store = herald_postgres::PgStore::connect(&world.db.url, 1).await.expect("store");
     let mut control = world.store.pool().acquire().await.expect("connection");
