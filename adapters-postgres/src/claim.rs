@@ -164,8 +164,7 @@ pub fn plan_generation(claimed: u64) -> u32 {
 
 /// The text of a claim statement for a plan generation: the statement itself, then a comment naming the
 /// generation (a different text is a different prepared statement).
-#[must_use]
-pub fn planned(sql: &str, generation: u32) -> Cow<'_, str> {
+fn planned(sql: &str, generation: u32) -> Cow<'_, str> {
     if generation == 0 {
         Cow::Borrowed(sql)
     } else {

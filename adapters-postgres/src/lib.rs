@@ -34,7 +34,7 @@ mod views;
 #[cfg(feature = "negative-controls")]
 pub mod negative;
 
-pub use claim::{plan_generation, planned, CLAIM_QUERY};
+pub use claim::{plan_generation, CLAIM_QUERY};
 pub use clock::PgClock;
 pub use finish::FINISH_BATCH_QUERY;
 pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};

@@ -473,6 +473,17 @@ fn accepted_records(held: &[ClaimedTask], provider_msg_id: Option<&str>, now: Ti
         .collect()
 }
 
+/// A store of one connection, for the plan tests: every statement runs on the backend that cached its
+/// plan. Autovacuum is off for `table`, so no analyze but the test's plans the statements again (the
+/// negative controls' cached plans included).
+async fn one_connection_unanalyzed(world: &World, table: &str) -> herald_postgres::PgStore {
+    sqlx::query(&format!("ALTER TABLE {table} SET (autovacuum_enabled = false)"))
+        .execute(world.store.pool())
+        .await
+        .expect("no autovacuum");
+    herald_postgres::PgStore::connect(&world.db.url, 1).await.expect("store")
+}
+
 /// `delivery_attempt`'s sequential scans and updated rows as the statistics collector has them, once
 /// the counts of `flushed` (whose backend was asked to report at its next idle moment) have arrived.
 async fn attempt_scans(world: &World, flushed: &herald_postgres::PgStore, updates_at_least: i64) -> (i64, i64) {
@@ -512,13 +523,8 @@ async fn table_scans(
 async fn the_batched_finish_finds_attempts_by_index_however_the_table_grew() {
     let world = World::new(ClockMode::Manual).await.expect("world");
     world.user("u1", &["push"]).await.expect("user");
-    // No analyze but the test's: one would plan the control's statement again.
-    sqlx::query("ALTER TABLE delivery_attempt SET (autovacuum_enabled = false)")
-        .execute(world.store.pool())
-        .await
-        .expect("no autovacuum");
-    // One connection: every finish below runs on the backend that ran the first ones.
-    let store = herald_postgres::PgStore::connect(&world.db.url, 1).await.expect("store");
+    // Every finish below runs on the backend that ran the first ones.
+    let store = one_connection_unanalyzed(&world, "delivery_attempt").await;
     let mut control = world.store.pool().acquire().await.expect("connection");
     let unnested = (1..=13).map(|_| "'{}'").collect::<Vec<_>>().join(", ");
     sqlx::query(&format!("PREPARE cached AS {}", herald_postgres::FINISH_BATCH_QUERY))
@@ -683,13 +689,8 @@ fn at(t: Timestamp) -> chrono::DateTime<chrono::Utc> {
 async fn the_claims_plans_are_made_again_as_the_claimed_rows_double() {
     let world = World::new(ClockMode::Manual).await.expect("world");
     world.user("u1", &["push"]).await.expect("user");
-    // No analyze but the test's: one would plan every statement again, the control's too.
-    sqlx::query("ALTER TABLE delivery_task SET (autovacuum_enabled = false)")
-        .execute(world.store.pool())
-        .await
-        .expect("no autovacuum");
-    // One connection: every claim runs on the backend that cached the first plans.
-    let store = herald_postgres::PgStore::connect(&world.db.url, 1).await.expect("store");
+    // Every claim runs on the backend that cached the first plans.
+    let store = one_connection_unanalyzed(&world, "delivery_task").await;
     for i in 0..8 {
         world.submit("u1", &format!("small-{i}"), HOUR, None).await.expect("submit");
         assert_eq!(claim_and_finish(&world, &store, 1).await, 1);
