@@ -433,7 +433,8 @@ impl Herald {
         Ok(Drain { tasks, secs, cpu: Some(cpu) })
     }
 
-    /// The control of migration `0013`: references and attempt tokens minted random (version 4) again.
+    /// The control of migrations `0013` and `0014`: references, attempt tokens and notifications' public ids
+    /// minted random (version 4) again (the public ids through `herald_uuid_v7()`, their default).
     pub async fn random_keys(&self) -> anyhow::Result<()> {
         sqlx::query("CREATE OR REPLACE FUNCTION herald_uuid_v7() RETURNS uuid LANGUAGE sql VOLATILE AS 'SELECT gen_random_uuid()'")
             .execute(&self.pool)

@@ -35,11 +35,11 @@ async fn two_installations_sharing_a_webhook_each_get_their_own_send() {
     assert_eq!(first.push.sends(), 2, "each installation's notification was really sent");
 }
 
-/// References and attempt tokens are version 7 UUIDs (migration `0013`): minted later, they sort later, so
-/// the index entries of the tasks being delivered now share the right-hand leaves of their indexes instead
-/// of landing on random pages of a big one.
+/// References and attempt tokens (migration `0013`) and notifications' public ids (`0014`) are version 7
+/// UUIDs: minted later, they sort later, so the index entries of the notifications and tasks being written
+/// now share the right-hand leaves of their indexes instead of landing on random pages of a big one.
 #[tokio::test]
-async fn references_and_attempt_tokens_are_time_ordered() {
+async fn references_attempt_tokens_and_public_ids_are_time_ordered() {
     let world = World::new(ClockMode::Manual).await.expect("world");
     world.user("u1", &["push"]).await.expect("user");
     let mut created = Vec::new();
@@ -74,5 +74,22 @@ async fn references_and_attempt_tokens_are_time_ordered() {
         views,
         references.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "creation answers with the same references"
+    );
+
+    let public_ids: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT public_id FROM notification WHERE user_id = 'u1' ORDER BY id")
+            .fetch_all(world.store.pool())
+            .await
+            .expect("public ids");
+    assert_eq!(public_ids.len(), 3);
+    for id in &public_ids {
+        assert_eq!(id.get_version_num(), 7, "public id {id}");
+        assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+    }
+    assert!(public_ids.is_sorted(), "public ids follow creation order: {public_ids:?}");
+    assert_eq!(
+        created.iter().map(|c| c.notification_ref.0).collect::<Vec<_>>(),
+        public_ids,
+        "creation answers with the public ids"
     );
 }

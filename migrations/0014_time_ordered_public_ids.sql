@@ -1,0 +1,13 @@
+-- Time-ordered public ids for new notifications.
+--
+-- `notification.public_id` (0009) was a random UUID (version 4). Each submission adds an entry to the
+-- unique index `notification_public_id`, and with millions of notifications stored a random entry lands
+-- on a random leaf of a big index: a page to read from outside the buffer cache, and after each
+-- checkpoint the whole page written to the WAL on its first change. `herald_uuid_v7()` (0013) keeps the
+-- entries of the notifications submitted now on the right-hand leaves of the index, as it does for task
+-- references and attempt tokens.
+--
+-- What 0009 asked of the id still holds: 74 of its bits are random, so ids cannot be counted through or
+-- guessed. The millisecond it carries is no secret: answers give a notification's `created_at` anyway.
+-- Existing ids are kept; clients may hold them.
+ALTER TABLE notification ALTER COLUMN public_id SET DEFAULT herald_uuid_v7();
