@@ -81,7 +81,7 @@ const GIVE_BACK_QUERY: &str = "WITH held AS ( \
        RETURNING id), \
      gone AS ( \
        DELETE FROM delivery_attempt WHERE user_id = $1 AND attempt_token = $3 AND EXISTS (SELECT 1 FROM held) \
-       RETURNING id) \
+       RETURNING attempt_no) \
      SELECT EXISTS (SELECT 1 FROM held)";
 
 /// Runs [`FINISH_QUERY`] for `record`.

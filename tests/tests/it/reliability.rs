@@ -436,7 +436,7 @@ async fn attempts_are_loaded_by_index() {
     sqlx::query("RESET enable_seqscan").execute(&mut *conn).await.expect("reset");
     let plan = plan.join("\n");
     assert!(!plan.contains("Seq Scan on delivery_attempt"), "{plan}");
-    let probe = plan.lines().skip_while(|l| !l.contains("delivery_attempt_number")).nth(1).unwrap_or_default();
+    let probe = plan.lines().skip_while(|l| !l.contains("delivery_attempt_pkey")).nth(1).unwrap_or_default();
     assert!(probe.contains("Index Cond") && probe.contains("user_id"), "probed by (user_id, task_id): {plan}");
 }
 
