@@ -145,8 +145,8 @@ pub(crate) async fn claim(
     Ok(batch)
 }
 
-/// Which plans of the claim's statements a connection uses, from the rows this store's claims have
-/// taken: 0 until 256, then one more each time that count doubles.
+/// Which plans of the claim's statements and the batched finish a connection uses, from the rows this
+/// store's claims have taken: 0 until 256, then one more each time that count doubles.
 ///
 /// The statements are kept prepared, and a connection plans a prepared statement once for all after its
 /// first few runs (a generic plan), keeping that plan until the tables it reads are analyzed. Made while
@@ -155,16 +155,16 @@ pub(crate) async fn claim(
 /// as the table grows by every task delivered: where autovacuum is off or slow, for the connection's
 /// whole life. Each generation is a new statement text ([`planned`]), so every connection prepares and
 /// plans it again from the tables as they are then; a few dozen generations cover any lifetime, and each
-/// costs a connection a few plannings. Planning at every run instead (as the finish does) would cost the
-/// claim about 0.5 ms of the database's CPU each time.
+/// costs a connection a few plannings. Planning at every run instead would cost the claim, and the
+/// batched finish, about 0.5 ms of the database's CPU each time.
 #[must_use]
 pub fn plan_generation(claimed: u64) -> u32 {
     (claimed / 256).checked_ilog2().map_or(0, |doublings| doublings + 1)
 }
 
-/// The text of a claim statement for a plan generation: the statement itself, then a comment naming the
+/// The text of a statement for a plan generation: the statement itself, then a comment naming the
 /// generation (a different text is a different prepared statement).
-fn planned(sql: &str, generation: u32) -> Cow<'_, str> {
+pub(crate) fn planned(sql: &str, generation: u32) -> Cow<'_, str> {
     if generation == 0 {
         Cow::Borrowed(sql)
     } else {

@@ -5,6 +5,7 @@ use herald_domain::TaskState;
 use herald_ports::store::{FinishRecord, FinishResult, GiveBack, StoreError};
 use sqlx::PgPool;
 
+use crate::claim::planned;
 use crate::convert::{opt_to_db, store_error, to_db};
 
 /// The fenced finish statement (SPEC §5): the task changes only while this attempt holds it; either way
@@ -113,24 +114,26 @@ pub(crate) async fn finish(pool: &PgPool, record: &FinishRecord) -> Result<Finis
 
 /// Runs [`FINISH_BATCH_QUERY`] for `records`; the results are in the order of `records`.
 ///
-/// The statement is not kept prepared: a connection would plan it once, after its first few runs, and
-/// keep that plan until the tables are analyzed again. Planned while `delivery_attempt` held a few
-/// hundred rows — the first seconds of a drain from empty tables — the cached plan hashes the batch and
-/// reads the whole table for it, and keeps doing so as the table grows by tens of thousands of rows
-/// before autovacuum analyzes it (in the benchmark's drain it took 7.7 ms of a flush's run instead of
-/// 3.0). Planned at each run, the attempts are found through `delivery_attempt_token` as soon as the
-/// table is worth it; the planning costs about 0.5 ms per flush.
+/// The statement is kept prepared under the claim's plan generation (`claim::plan_generation`): a
+/// connection plans a prepared statement once, after its first few runs, and keeps that plan until the
+/// tables are analyzed again. Planned while `delivery_attempt` held a few hundred rows — the first seconds
+/// of a drain from empty tables — the plan hashes the batch and reads the whole table for it, and would go
+/// on doing so as the table grows by every attempt (in the benchmark's drain, 7.7 ms of a flush's run
+/// instead of 3.0). The generation changes each time the rows claimed through the store double, so each
+/// connection plans the statement again from the table as it is then, and the attempts are found through
+/// `delivery_attempt_token` as soon as the table is worth it. Planning at every run instead would cost
+/// about 0.5 ms of the database's CPU per flush.
 pub(crate) async fn finish_batch(
     pool: &PgPool,
     records: &[FinishRecord],
+    generation: u32,
 ) -> Result<Vec<Result<FinishResult, StoreError>>, StoreError> {
     if records.is_empty() {
         return Ok(Vec::new());
     }
     let column = |f: &dyn Fn(&FinishRecord) -> String| records.iter().map(f).collect::<Vec<_>>();
     let transitions = records.iter().map(|r| &r.transition);
-    let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(FINISH_BATCH_QUERY)
-        .persistent(false)
+    let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(&planned(FINISH_BATCH_QUERY, generation))
         .bind(column(&|r| r.user_id.as_str().to_owned()))
         .bind(records.iter().map(|r| r.task_id.0).collect::<Vec<_>>())
         .bind(records.iter().map(|r| r.token.0).collect::<Vec<_>>())

@@ -33,8 +33,8 @@ pub struct PgStore {
     pub(crate) finishes: PgPool,
     /// Tells listening workers, debounced, that creates committed new tasks.
     announcer: Announcer,
-    /// Rows taken by this store's claims, shared by its clones: which plans the claim's statements use
-    /// (`claim::plan_generation`).
+    /// Rows taken by this store's claims, shared by its clones: which plans the claim's statements and
+    /// the batched finish use (`claim::plan_generation`).
     claimed: Arc<AtomicU64>,
 }
 
@@ -217,7 +217,8 @@ impl NotificationStore for PgStore {
         &self,
         records: &[FinishRecord],
     ) -> Result<Vec<Result<FinishResult, StoreError>>, StoreError> {
-        finish::finish_batch(&self.finishes, records).await
+        let generation = claim::plan_generation(self.claimed.load(std::sync::atomic::Ordering::Relaxed));
+        finish::finish_batch(&self.finishes, records, generation).await
     }
 
     #[tracing::instrument(skip_all, fields(task_id = %record.task_id))]

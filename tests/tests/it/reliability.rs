@@ -515,33 +515,26 @@ async fn table_scans(
 }
 
 /// The batched finish finds its attempt rows by index however much `delivery_attempt` has grown since
-/// the connection first ran it. The statement is planned at each run: a plan cached while the table held
-/// a few rows (here, as in the first seconds of a drain from empty tables) reads the whole table for every
-/// batch until autovacuum analyzes it — the negative control shows such a plan, made from the same text
-/// on a few rows and still scanning after 50,000 more arrived.
+/// the connection first ran it. The statement is kept prepared, and a connection plans it once, after its
+/// first few runs: made while the table holds a few rows (here, as in the first seconds of a drain from
+/// empty tables), that plan reads the whole table for every flush until the table is analyzed. The
+/// statement takes the claim's plan generation (`plan_generation`), so each connection plans it again
+/// once the rows claimed through the store have doubled from 256. Here one connection finishes 8 tasks,
+/// the table grows by 50,000 unanalyzed rows, and 320 more tasks are finished: the flushes before the
+/// generation changes (the negative control: the plan made on the small table) read the table whole, those
+/// after it do not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_batched_finish_finds_attempts_by_index_however_the_table_grew() {
     let world = World::new(ClockMode::Manual).await.expect("world");
     world.user("u1", &["push"]).await.expect("user");
     // Every finish below runs on the backend that ran the first ones.
     let store = one_connection_unanalyzed(&world, "delivery_attempt").await;
-    let mut control = world.store.pool().acquire().await.expect("connection");
-    let unnested = (1..=13).map(|_| "'{}'").collect::<Vec<_>>().join(", ");
-    sqlx::query(&format!("PREPARE cached AS {}", herald_postgres::FINISH_BATCH_QUERY))
-        .execute(&mut *control)
-        .await
-        .expect("prepare");
-    sqlx::query("SET plan_cache_mode = force_generic_plan").execute(&mut *control).await.expect("generic");
 
     // While the table holds a few rows: more finishes than a connection runs before it caches a plan.
     for i in 0..8 {
         world.submit("u1", &format!("small-{i}"), HOUR, None).await.expect("submit");
         assert_eq!(claim_and_finish(&world, &store, 1).await, 1);
     }
-    let small: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE cached({unnested})"))
-        .fetch_all(&mut *control)
-        .await
-        .expect("plan");
 
     // The table grows by 50,000 rows and is not analyzed (autovacuum is slower than a drain).
     sqlx::query(
@@ -553,26 +546,29 @@ async fn the_batched_finish_finds_attempts_by_index_however_the_table_grew() {
     .execute(world.store.pool())
     .await
     .expect("grow");
-    for i in 0..96 {
+    for i in 0..320 {
         world.submit("u1", &format!("large-{i}"), HOUR, None).await.expect("submit");
     }
-    let (scans_before, updates_before) = attempt_scans(&world, &store, 8).await;
-    let mut finished = 0;
-    for _ in 0..3 {
-        finished += claim_and_finish(&world, &store, 32).await;
-    }
-    assert_eq!(finished, 96);
-    let (scans_after, _) = attempt_scans(&world, &store, updates_before + 96).await;
-    assert_eq!(scans_after - scans_before, 0, "the grown table was read whole by a finish");
+    // The flush after the seventh claim of 31 below still runs the first generation's plan, the flush
+    // after the eighth does not.
+    assert_eq!(herald_postgres::plan_generation(8 + 7 * 31), 0);
+    assert_eq!(herald_postgres::plan_generation(8 + 8 * 31), 1);
 
-    // Negative control: the same statement, its plan cached on the small table, still scans the whole
-    // grown table.
-    let large: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE cached({unnested})"))
-        .fetch_all(&mut *control)
-        .await
-        .expect("plan");
-    assert!(small.join("\n").contains("Seq Scan on delivery_attempt"), "planned on a few rows:\n{}", small.join("\n"));
-    assert_eq!(small, large, "the cached plan is kept after the table grew");
+    let (scans_before, updates_before) = attempt_scans(&world, &store, 8).await;
+    for _ in 0..7 {
+        assert_eq!(claim_and_finish(&world, &store, 31).await, 31);
+    }
+    let (scans_control, _) = attempt_scans(&world, &store, updates_before + 7 * 31).await;
+    assert!(scans_control - scans_before >= 7, "the plan made on a few rows reads the grown table whole");
+
+    // The next flushes (the second generation's first runs, then its cached plan) go by index.
+    let mut finished = claim_and_finish(&world, &store, 31).await;
+    for _ in 0..8 {
+        finished += claim_and_finish(&world, &store, 9).await;
+    }
+    assert_eq!(finished, 320 - 7 * 31);
+    let (scans_after, _) = attempt_scans(&world, &store, updates_before + 320).await;
+    assert_eq!(scans_after - scans_control, 0, "a flush read the grown table whole after the generation changed");
 }
 
 /// The claim finds due work through the queue's `(due_at, task_id)` index and reaches each task through
