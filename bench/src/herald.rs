@@ -377,20 +377,14 @@ impl Herald {
             .await?)
     }
 
-    /// Waits until every task from id `first` on is finished: `calls` more calls at `standin`
-    /// (a counter) and no unfinished row left. Returns the seconds from the first call to the last finish.
-    async fn wait_drained(
-        &mut self,
-        first: i64,
-        calls: u64,
-        counter: &(dyn Fn(&StandIns) -> u64 + Send + Sync),
-        timeout: Duration,
-    ) -> anyhow::Result<f64> {
-        let base = counter(&self.standins);
+    /// Waits until every task from id `first` on is finished: `calls` more calls at the stand-ins than
+    /// `base` (read before the workers were started, so no call escapes it) and no unfinished row left.
+    /// Returns the seconds from the first call to the last finish.
+    async fn wait_drained(&mut self, first: i64, calls: u64, base: u64, timeout: Duration) -> anyhow::Result<f64> {
         let started = Instant::now();
         let mut first_call = None;
         loop {
-            let seen = counter(&self.standins) - base;
+            let seen = self.standins.drained().saturating_sub(base);
             if first_call.is_none() && seen > 0 {
                 first_call = Some(Instant::now());
             }
@@ -424,8 +418,9 @@ impl Herald {
         let tasks = notifications * 2;
         let start = wal::mark(&self.pool).await?;
         let before = cpu::snapshot();
+        let base = self.standins.drained();
         let pids: HashSet<u32> = self.workers(sizing, &[])?.into_iter().collect();
-        let secs = self.wait_drained(first, tasks, &StandIns::drained, Duration::from_secs(900)).await?;
+        let secs = self.wait_drained(first, tasks, base, Duration::from_secs(900)).await?;
         let cpu = cpu::split(&before, &cpu::snapshot(), &pids, "");
         self.last_wal = Some(wal::since(&self.pool, &start, self.inspect_wal).await?);
         self.stop_all(false).await;
@@ -490,8 +485,9 @@ impl Herald {
         let secs = started.elapsed().as_secs_f64();
         self.stop_all(false).await;
         // Drain what was submitted, so the next phase starts with no backlog.
+        let base = self.standins.drained();
         self.workers(sizing, &[])?;
-        self.wait_drained(first, total * 2, &StandIns::drained, Duration::from_secs(900)).await?;
+        self.wait_drained(first, total * 2, base, Duration::from_secs(900)).await?;
         self.stop_all(false).await;
         Ok(total as f64 / secs)
     }
@@ -549,7 +545,7 @@ impl Herald {
         };
         let (submitted, (calls, window)) = tokio::join!(self.closed_loop(clients, deadline, &tag), measure);
         submitted?;
-        self.wait_drained(first, 0, &|_| 0, Duration::from_secs(900)).await?;
+        self.wait_drained(first, 0, 0, Duration::from_secs(900)).await?;
         self.stop_all(false).await;
         Ok(calls as f64 / 2.0 / window)
     }
@@ -607,7 +603,7 @@ impl Herald {
         for c in calls {
             refused += c.await??;
         }
-        self.wait_drained(first, 0, &|_| 0, Duration::from_secs(120)).await?;
+        self.wait_drained(first, 0, 0, Duration::from_secs(120)).await?;
         self.stop_all(false).await;
         let sent_at = sent_at.lock().expect("lock").clone();
         let prefix = format!("{tag}:");
