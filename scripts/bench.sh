@@ -14,6 +14,8 @@
 #   scripts/bench.sh --history N  N finished tasks in the tables for the second drain (default 10000000;
 #                                 --quick: 100000; 0 skips the history drain)
 #
+# One run at a time (target/bench/.lock): a second one fails at once instead of sharing the first's files.
+#
 # Needs: cargo, node and npm (Node 20), pgbench, a PostgreSQL (scripts/ensure-postgres.sh). A peer that
 # cannot be installed or run fails the run: no peer is skipped.
 set -euo pipefail

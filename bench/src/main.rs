@@ -15,10 +15,11 @@ mod peers;
 mod report;
 mod wal;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
+use nix::fcntl::{Flock, FlockArg};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
@@ -188,6 +189,9 @@ async fn main() -> anyhow::Result<()> {
     let admin = PgPoolOptions::new().max_connections(2).connect(&admin_url).await?;
     let workdir = root.join("target").join("bench");
     std::fs::create_dir_all(&workdir)?;
+    // Two runs at once would share this directory, the workers' configuration file in it, and the
+    // server's CPUs: the second would wait for calls made to the first's stand-ins until its timeout.
+    let _one_run = one_run_at_a_time(&workdir)?;
     let run_started = Instant::now();
     let machine = Machine::read(&admin).await?;
     say(format!(
@@ -425,4 +429,17 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
     ));
     figures.rss = Some(rss);
     Ok(())
+}
+
+/// Holds an exclusive lock on `workdir/.lock` for the life of the run; fails at once when another run
+/// holds it.
+fn one_run_at_a_time(workdir: &Path) -> anyhow::Result<Flock<std::fs::File>> {
+    let path = workdir.join(".lock");
+    let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| match errno {
+        nix::errno::Errno::EWOULDBLOCK => {
+            anyhow::anyhow!("another benchmark run is using {}: wait for it to end, or stop it", workdir.display())
+        }
+        other => anyhow::anyhow!("cannot lock {}: {other}", path.display()),
+    })
 }
