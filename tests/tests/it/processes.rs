@@ -1,5 +1,6 @@
 //! Real `herald serve` and `herald worker` processes: the API has a pool of its own, so requests that hold
-//! every API connection do not stop deliveries, and `herald worker` serves its own `/metrics`.
+//! every API connection do not stop deliveries, `herald worker` serves its own `/metrics`, and a
+//! `herald worker` on one runtime thread delivers and stops as the default one does.
 
 use std::process::Stdio;
 
@@ -63,7 +64,7 @@ async fn setup(name: &str, users: &[&str]) -> Setup {
     Setup { db, push, table, dir }
 }
 
-fn spawn(setup: &Setup, command: &str, port: u16, extra: &str) -> tokio::process::Child {
+fn spawn(setup: &Setup, command: &str, port: u16, extra: &str, env: &[(&str, &str)]) -> tokio::process::Child {
     let config = setup.dir.join("herald.toml");
     std::fs::write(
         &config,
@@ -73,7 +74,7 @@ fn spawn(setup: &Setup, command: &str, port: u16, extra: &str) -> tokio::process
              [auth]\nservice_tokens = [\"{SERVICE}\"]\nadmin_tokens = [\"{ADMIN}\"]\n\
              user_token_secret = \"a-user-token-secret-of-some-length\"\n\
              [keys]\ncurrent = \"k1\"\nk1 = \"{KEY}\"\n\
-             [worker]\nconcurrency = 1\nlease_ms = 5000\npoll_ms = 100\n{extra}\n\
+             [worker]\nlease_ms = 5000\npoll_ms = 100\n{extra}\n\
              [log]\nlevel = \"warn\"\n\
              [[channel]]\nname = \"push\"\nkind = \"webhook\"\nurl = \"{}\"\ntimeout_ms = 1000\n",
             setup.db.url,
@@ -86,6 +87,7 @@ fn spawn(setup: &Setup, command: &str, port: u16, extra: &str) -> tokio::process
         .arg(&config)
         .arg(command)
         .env_remove("HERALD_CONFIG")
+        .envs(env.iter().copied())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -105,7 +107,7 @@ async fn answers(url: &str) -> Option<String> {
 async fn requests_holding_every_api_connection_do_not_stop_deliveries() {
     let setup = setup("pools", &["alice", "bob"]).await;
     let port = free_port();
-    let _serve = spawn(&setup, "serve", port, "");
+    let _serve = spawn(&setup, "serve", port, "concurrency = 1", &[]);
     let base = format!("http://127.0.0.1:{port}");
     wait_until("herald serve to answer", || async { answers(&format!("{base}/healthz")).await.is_some() }).await;
 
@@ -163,7 +165,8 @@ async fn requests_holding_every_api_connection_do_not_stop_deliveries() {
 async fn herald_worker_serves_its_own_metrics() {
     let setup = setup("worker-metrics", &["carol"]).await;
     let port = free_port();
-    let _worker = spawn(&setup, "worker", free_port(), &format!("metrics_listen = \"127.0.0.1:{port}\""));
+    let _worker =
+        spawn(&setup, "worker", free_port(), &format!("concurrency = 1\nmetrics_listen = \"127.0.0.1:{port}\""), &[]);
     let metrics = format!("http://127.0.0.1:{port}/metrics");
     wait_until("herald worker to serve /metrics", || async { answers(&metrics).await.is_some() }).await;
 
@@ -182,5 +185,55 @@ async fn herald_worker_serves_its_own_metrics() {
     .await;
     let text = answers(&metrics).await.expect("scrape");
     assert!(!text.contains("dest-carol"), "no destination in the metrics");
+    let _ = std::fs::remove_dir_all(&setup.dir);
+}
+
+/// `TOKIO_WORKER_THREADS=1` (README, "Workers in production"): the worker's loop, its finish flushers, its
+/// HTTP connections and its wake-up listener all share one runtime thread. It delivers a backlog with
+/// several calls in flight, takes new work from a wake-up, and stops on SIGTERM with status 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_herald_worker_on_one_runtime_thread_delivers_and_stops_cleanly() {
+    let users = ["dana", "erin", "frank", "gale"];
+    let setup = setup("worker-one-thread", &users).await;
+    let store = setup.db.store.clone();
+    let now = store.clock().now().await.expect("clock");
+    let mut created = Vec::new();
+    for (i, user) in users.iter().cycle().take(24).enumerate() {
+        let key = format!("order-{i}");
+        created.push(store.create(&notification(user, &key), &setup.table, now).await.expect("create").notification_id);
+    }
+    let mut worker =
+        spawn(&setup, "worker", free_port(), "concurrency = 8\nbatch = 4", &[("TOKIO_WORKER_THREADS", "1")]);
+    let all_sent = |ids: Vec<_>| {
+        let store = store.clone();
+        async move {
+            for id in ids {
+                let view = store.notification(id).await.ok().flatten();
+                if !view.is_some_and(|v| v.tasks.iter().all(|t| t.state == TaskState::Sent)) {
+                    return false;
+                }
+            }
+            true
+        }
+    };
+    wait_until("the backlog to be SENT by a single-threaded herald worker", || all_sent(created.clone())).await;
+
+    // New work after the backlog: the worker is idle, so this one comes through LISTEN/NOTIFY (or the poll).
+    let now = store.clock().now().await.expect("clock");
+    let late = store.create(&notification("dana", "order-late"), &setup.table, now).await.expect("create");
+    wait_until("the late notification to be SENT", || all_sent(vec![late.notification_id])).await;
+    assert_eq!(setup.push.requests(), 25, "one call per notification, none repeated");
+
+    let pid = worker.id().expect("running");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), worker.wait())
+        .await
+        .expect("the worker stops within its lease")
+        .expect("exit status");
+    assert!(status.success(), "a clean stop on SIGTERM: {status}");
     let _ = std::fs::remove_dir_all(&setup.dir);
 }
