@@ -31,8 +31,7 @@ pub(crate) async fn create(
     channels: &ChannelTable,
     now: Timestamp,
 ) -> Result<Created, StoreError> {
-    let digest_possible = new.thread_key.is_some() && channels.0.iter().any(|(_, rules)| rules.digest.is_some());
-    if !digest_possible {
+    if !digest_possible(new, channels) {
         return match create_at_once(pool, new, channels, now).await? {
             Some(created) => Ok(created),
             None => existing(pool, new).await,
@@ -91,8 +90,15 @@ pub(crate) async fn create(
     })
 }
 
+/// Whether storing `new` may take a digest decision: it names a thread and some channel digests. Without
+/// one, a submission is a single statement ([`AT_ONCE`]), which concurrent submissions may share
+/// (`create_batch`).
+pub(crate) fn digest_possible(new: &NewNotification, channels: &ChannelTable) -> bool {
+    new.thread_key.is_some() && channels.0.iter().any(|(_, rules)| rules.digest.is_some())
+}
+
 /// A task's attempt budget: the notification's `max_attempts` when given, else the channel's; at least 1.
-fn budget(new: &NewNotification, rules: &ChannelRules) -> u32 {
+pub(crate) fn budget(new: &NewNotification, rules: &ChannelRules) -> u32 {
     new.max_attempts.unwrap_or(rules.retry.max_attempts).max(1)
 }
 
@@ -116,7 +122,7 @@ fn bind_notification<'q, O>(
 /// A submission whose notification exists: nothing is written; the answer is the stored one, its tasks
 /// and digest memberships, with the differences of `new` from it. Under READ COMMITTED the conflicting
 /// insert waited for the other transaction, and these new statements see its committed row.
-async fn existing(pool: &PgPool, new: &NewNotification) -> Result<Created, StoreError> {
+pub(crate) async fn existing(pool: &PgPool, new: &NewNotification) -> Result<Created, StoreError> {
     let stored: SubmissionRow = sqlx::query_as(SUBMISSION_QUERY)
         .bind(vec![new.user_id.as_str().to_owned()])
         .bind(new.event_key.as_str())

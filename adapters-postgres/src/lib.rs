@@ -20,6 +20,7 @@ mod claim;
 mod clock;
 mod convert;
 mod create;
+mod create_batch;
 mod finish;
 mod notify;
 mod prefs;

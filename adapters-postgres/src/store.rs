@@ -20,6 +20,7 @@ use sqlx::{Connection as _, PgConnection, PgPool};
 
 use crate::clock::PgClock;
 use crate::convert::store_error;
+use crate::create_batch::CreateQueue;
 use crate::notify::{Announcer, TaskListener};
 use crate::{claim, create, finish, read, resolve, test_send, views};
 
@@ -33,6 +34,9 @@ pub struct PgStore {
     pub(crate) finishes: PgPool,
     /// Tells listening workers, debounced, that creates committed new tasks.
     announcer: Announcer,
+    /// Submissions without a digest decision, written together when they arrive together
+    /// (`create_batch`); shared by the store's clones.
+    creates: Arc<CreateQueue>,
     /// Rows taken by this store's claims, shared by its clones: which plans the claim's statements and
     /// the batched finish use (`claim::plan_generation`).
     claimed: Arc<AtomicU64>,
@@ -49,7 +53,13 @@ impl PgStore {
 
     #[must_use]
     pub fn from_pool(pool: PgPool) -> PgStore {
-        PgStore { finishes: pool.clone(), announcer: Announcer::new(pool.clone()), pool, claimed: Arc::default() }
+        PgStore {
+            finishes: pool.clone(),
+            announcer: Announcer::new(pool.clone()),
+            pool,
+            creates: Arc::default(),
+            claimed: Arc::default(),
+        }
     }
 
     /// Gives finishes and give-backs a pool of their own of `max_connections` (SPEC §5: the outcome of a
@@ -177,7 +187,11 @@ impl NotificationStore for PgStore {
         channels: &ChannelTable,
         now: Timestamp,
     ) -> Result<Created, StoreError> {
-        let created = create::create(&self.pool, new, channels, now).await?;
+        let created = if create::digest_possible(new, channels) {
+            create::create(&self.pool, new, channels, now).await?
+        } else {
+            self.creates.create(&self.pool, new, channels, now).await?
+        };
         if !created.tasks.is_empty() {
             self.announcer.committed_tasks();
         }

@@ -21,6 +21,7 @@ mod references;
 mod reliability;
 mod review;
 mod rotation;
+mod submissions;
 mod tally;
 mod test_send;
 mod token_cli;
