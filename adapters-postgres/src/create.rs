@@ -158,7 +158,7 @@ const AT_ONCE: &str = "WITH n AS ( \
      SELECT n.id, n.public_id, t.id AS task_id, t.reference, t.channel FROM n LEFT JOIN t ON true";
 
 /// [`AT_ONCE`]: `None` when the notification existed (nothing written).
-async fn create_at_once(
+pub(crate) async fn create_at_once(
     pool: &PgPool,
     new: &NewNotification,
     channels: &ChannelTable,

@@ -142,8 +142,10 @@ async fn flush(pool: &PgPool, batch: Vec<Queued>) {
     let (writes, repeats) = split(batch);
     if writes.len() == 1 && repeats.is_empty() {
         let only = writes.into_iter().next().expect("one submission");
-        let answer = match create::create(pool, &only.new, &only.channels, only.now).await {
-            Ok(created) => Answer::Created(created),
+        // A duplicate is read by its caller, as in a batch: the flusher only writes.
+        let answer = match create::create_at_once(pool, &only.new, &only.channels, only.now).await {
+            Ok(Some(created)) => Answer::Created(created),
+            Ok(None) => Answer::Existing,
             Err(error) => Answer::Failed(error),
         };
         let _ = only.reply.send(answer);
