@@ -39,6 +39,10 @@ pub(crate) async fn store_transition(
 }
 
 /// Writes an attempt row that calls no channel (claim-time decision or manual resolution).
+///
+/// The attempt is inserted from the task row the same statement updates, so it is written only with its
+/// task (no foreign key checks that, migration `0016`): for a task that is not there, nothing is written
+/// and this fails.
 pub(crate) async fn record_decision(
     conn: &mut PgConnection,
     task: &TaskRow,
@@ -47,10 +51,11 @@ pub(crate) async fn record_decision(
     note: Option<&str>,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "WITH bump AS (UPDATE delivery_task SET last_attempt_no = $3 WHERE user_id = $1 AND id = $2) \
+    let written = sqlx::query(
+        "WITH bump AS (UPDATE delivery_task SET last_attempt_no = $3 WHERE user_id = $1 AND id = $2 \
+                       RETURNING user_id, id) \
          INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, outcome, note, started_at, finished_at) \
-         VALUES ($1, $2, $3, herald_uuid_v7(), $4, $5, $6, $6)",
+         SELECT user_id, id, $3, herald_uuid_v7(), $4, $5, $6, $6 FROM bump",
     )
     .bind(task.user_id.as_str())
     .bind(task.id.0)
@@ -61,5 +66,8 @@ pub(crate) async fn record_decision(
     .execute(&mut *conn)
     .await
     .map_err(store_error)?;
+    if written.rows_affected() != 1 {
+        return Err(StoreError::Unknown(anyhow::anyhow!("no task row for the decision's attempt")));
+    }
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The invariants of the tables the database derives from `delivery_task` by triggers: the task tally's
 //! (migration `0010`: the gauges' sums equal an exact count of `delivery_task`) and the claim queue's
-//! (migration `0012`: one `task_queue` row per scheduled task, with its channel and due time). Checked by
-//! `tests/it/tally.rs`, after every step of the model test, and at the end of the soak.
+//! (migration `0012`: one `task_queue` row per scheduled task, with its channel and due time); and the
+//! one Herald's statements keep by construction since migration `0016` dropped its foreign key: every
+//! attempt belongs to a stored task. Checked by `tests/it/tally.rs`, after every step of the model test,
+//! and at the end of the soak.
 
 use herald_postgres::PARKED;
 use sqlx::{PgPool, Row};
@@ -85,13 +87,32 @@ pub async fn queue_differences(pool: &PgPool) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// [`tally_differences`] and [`queue_differences`] together: every trigger-kept table against the tasks.
+/// The attempts whose task is not stored, one line each (empty when the invariant holds). No foreign key
+/// checks this (migration `0016`): the statements that write attempts insert them from the task rows they
+/// update. Reads every attempt.
+///
+/// # Errors
+/// Database failures.
+pub async fn attempts_without_task(pool: &PgPool) -> anyhow::Result<Vec<String>> {
+    let rows: Vec<(String, i64, i32)> = sqlx::query_as(
+        "SELECT a.user_id, a.task_id, a.attempt_no FROM delivery_attempt a \
+         WHERE NOT EXISTS (SELECT 1 FROM delivery_task t WHERE t.user_id = a.user_id AND t.id = a.task_id) \
+         ORDER BY 1, 2, 3",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(user, task, no)| format!("attempt {no} of task {user}/{task}: no such task")).collect())
+}
+
+/// [`tally_differences`], [`queue_differences`] and [`attempts_without_task`] together: every table kept
+/// in step with the tasks, against the tasks.
 ///
 /// # Errors
 /// Database failures.
 pub async fn derived_differences(pool: &PgPool) -> anyhow::Result<Vec<String>> {
     let mut differences = tally_differences(pool).await?;
     differences.extend(queue_differences(pool).await?);
+    differences.extend(attempts_without_task(pool).await?);
     Ok(differences)
 }
 

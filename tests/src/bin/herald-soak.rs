@@ -1167,6 +1167,7 @@ struct Report {
     parked_api: usize,
     tally_differences: Vec<String>,
     queue_differences: Vec<String>,
+    attempts_without_task: Vec<String>,
 }
 
 /// [`frozen_between_check_and_send`] for an `sms` task (queryable, no key: the stand-in's requests carry
@@ -1249,6 +1250,8 @@ async fn build_ledger(
     // the claim queue (migration 0012) against the scheduled tasks.
     report.tally_differences = herald_tests::tally::tally_differences(pool).await?;
     report.queue_differences = herald_tests::tally::queue_differences(pool).await?;
+    // No foreign key checks it (migration 0016): the statements that write attempts keep it.
+    report.attempts_without_task = herald_tests::tally::attempts_without_task(pool).await?;
     report.digests_waiting = sqlx::query_scalar(
         "SELECT count(*) FROM delivery_task WHERE digest_count IS NOT NULL AND state = 'PENDING' \
          AND next_attempt_at > now() + interval '10 minutes'",
@@ -1604,6 +1607,8 @@ fn print_ledger(report: &Report, ledger: &Ledger, faults: &Faults, standins: &St
     check("task gauges: tally groups that differ from an exact count", v, ok, &report.tally_differences);
     let (v, ok) = count(&report.queue_differences);
     check("claim queue: tasks whose queue row differs from their schedule", v, ok, &report.queue_differences);
+    let (v, ok) = count(&report.attempts_without_task);
+    check("attempts: attempt rows whose task is not stored", v, ok, &report.attempts_without_task);
     let min_gap = report.egress_min_gap.map_or("-".to_owned(), |g| format!("{} ms", g.as_millis()));
     check(
         &format!("egress interval: gaps between slow sends >= {} ms (min gap)", SLOW_INTERVAL.as_millis()),

@@ -14,7 +14,8 @@ use herald_ports::store::NewNotification;
 use herald_ports::NotificationStore;
 use herald_standin::Script;
 use herald_tests::tally::{
-    derived_differences, exact_task_counts, gauge_differences, groups, queue_differences, tally_differences, tally_rows,
+    attempts_without_task, derived_differences, exact_task_counts, gauge_differences, groups, queue_differences,
+    tally_differences, tally_rows,
 };
 use herald_tests::{ClockMode, World};
 
@@ -184,6 +185,37 @@ async fn the_claim_queue_holds_exactly_the_scheduled_tasks() {
 
     sqlx::query("TRUNCATE delivery_task, delivery_attempt, digest_member").execute(pool).await.expect("truncate");
     assert_eq!(world.db.count("SELECT count(*) FROM task_queue").await.expect("count"), 0);
+}
+
+/// Every attempt belongs to a stored task after Herald's writes of every kind (the same workload: claims,
+/// finishes, claim-time decisions, the manual resolutions; its delete removes the attempts first). No
+/// foreign key holds this since migration `0016`; Herald's statements do. Negative control: the
+/// database itself now accepts an attempt for a task that does not exist, and the same comparison
+/// names it.
+#[tokio::test]
+async fn every_attempt_belongs_to_a_stored_task() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    mixed_workload(&world).await;
+    let pool = world.store.pool();
+    let attempts = world.db.count("SELECT count(*) FROM delivery_attempt").await.expect("count");
+    let decisions = world.db.count("SELECT count(*) FROM delivery_attempt WHERE action IS NULL").await.expect("count");
+    assert!(attempts > decisions && decisions > 0, "{attempts} attempts, {decisions} without a call");
+    assert_eq!(attempts_without_task(pool).await.expect("compare"), Vec::<String>::new(), "after the workload");
+
+    let missing: i64 = world.db.count("SELECT coalesce(max(id), 0) + 1000 FROM delivery_task").await.expect("id");
+    sqlx::query(
+        "INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, outcome, started_at, finished_at) \
+         VALUES ('ann', $1, 1, gen_random_uuid(), 'MANUAL_FAILED', now(), now())",
+    )
+    .bind(missing)
+    .execute(pool)
+    .await
+    .expect("an attempt without its task is not refused by the database");
+    assert_eq!(
+        attempts_without_task(pool).await.expect("compare"),
+        vec![format!("attempt 1 of task ann/{missing}: no such task")]
+    );
+    assert_eq!(derived_differences(pool).await.expect("compare").len(), 1);
 }
 
 /// The gauges' read compacts by itself once the tally has grown, so no other job is needed.

@@ -1,0 +1,23 @@
+-- An attempt row's task is known to exist by the statement that writes it, so the database no longer
+-- checks it again for every row: the foreign key from `delivery_attempt (user_id, task_id)` to
+-- `delivery_task` goes.
+--
+-- PostgreSQL checks a foreign key row by row, each check a query of its own (an index probe of the
+-- task's key and a share lock on its row), even when the statement inserting the attempts has just
+-- updated those very task rows. Every claim writes one attempt per task it takes, so this was a query per row
+-- on the hottest insert Herald has. Measured with pgbench running Herald's claim and
+-- finish (`bench/pgbench/claim_finish.sql`, 4 clients, batch 32, 400,000 tasks), four pairs of 20 s runs
+-- (two in each order): 1.05x, 1.10x, 1.10x and 1.13x the tasks per second without it.
+--
+-- What still holds the invariant (every attempt belongs to a stored task):
+-- * Only two statements insert attempts, and each inserts them from the task rows it has just updated in
+--   the same statement (adapters-postgres/src/claim.rs `WRITE_DECISIONS`, from the `UPDATE`'s
+--   `RETURNING`; adapters-postgres/src/transition.rs `record_decision`, likewise, and it fails when no
+--   row came back). An attempt for a task that does not exist cannot be written by Herald.
+-- * Herald deletes no task: finished tasks stay as the history their attempts belong to.
+-- * `herald_tests::tally::attempts_without_task` compares the two tables after every step of the model
+--   test, while writers run (tests/tests/it/tally.rs), and at the end of the soak.
+--
+-- Dropping a foreign key is a change of the catalog only; it waits for the writers in flight on both
+-- tables and holds them off for that instant.
+ALTER TABLE delivery_attempt DROP CONSTRAINT delivery_attempt_user_id_task_id_fkey;
