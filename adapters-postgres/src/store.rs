@@ -16,13 +16,30 @@ use herald_ports::store::{
     ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView, TestSendGrant,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection as _, PgConnection, PgPool};
+use sqlx::{Connection as _, Executor as _, PgConnection, PgPool};
 
 use crate::clock::PgClock;
 use crate::convert::store_error;
 use crate::create_batch::CreateQueue;
 use crate::notify::{Announcer, TaskListener};
 use crate::{claim, create, finish, read, resolve, test_send, views};
+
+/// How the connections of a pool plan the statements they keep prepared (sqlx prepares every query once
+/// per connection and runs it again by name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planning {
+    /// PostgreSQL's own choice (`plan_cache_mode = auto`): a statement is planned for its parameters at
+    /// each of its first five runs, and from then on too unless a plan made without them is estimated to
+    /// cost no more. For the API's reads, whose best plan may depend on the user or the page asked for.
+    Chosen,
+    /// One plan per statement and connection, made at its first run without looking at the parameters
+    /// (`plan_cache_mode = force_generic_plan`). For the workers' claims, finishes and give-backs: each
+    /// finds its rows by key, so the parameters never change the best plan, but PostgreSQL's estimates for
+    /// the batches' arrays kept it planning most runs again, at 0.3–0.5 ms of the database's CPU each
+    /// (docs/BENCHMARKS.md). A plan made while the tables were small is replaced as they grow
+    /// (`claim::plan_generation`).
+    Generic,
+}
 
 /// The PostgreSQL store. Cheap to clone: it is a connection pool (two, when finishes get their own).
 #[derive(Clone, Debug)]
@@ -48,7 +65,15 @@ impl PgStore {
     /// # Errors
     /// `Unavailable` when the server cannot be reached; `Unknown` for a malformed URL.
     pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
-        Ok(PgStore::from_pool(connect_pool(url, max_connections).await?))
+        PgStore::connect_planned(url, max_connections, Planning::Chosen).await
+    }
+
+    /// As [`PgStore::connect`], with the pool's connections planning as `planning` says.
+    ///
+    /// # Errors
+    /// As [`PgStore::connect`].
+    pub async fn connect_planned(url: &str, max_connections: u32, planning: Planning) -> Result<PgStore, StoreError> {
+        Ok(PgStore::from_pool(connect_pool(url, max_connections, planning).await?))
     }
 
     #[must_use]
@@ -64,18 +89,26 @@ impl PgStore {
 
     /// Gives finishes and give-backs a pool of their own of `max_connections` (SPEC §5: the outcome of a
     /// call must be written while the attempt's lease lasts; queued behind claims and API requests it
-    /// might not be).
+    /// might not be). Its connections plan generically ([`Planning::Generic`]): they run only those
+    /// fenced writes, each of which finds its rows by key.
     ///
     /// # Errors
     /// As [`PgStore::connect`].
     pub async fn with_finish_pool(mut self, url: &str, max_connections: u32) -> Result<PgStore, StoreError> {
-        self.finishes = connect_pool(url, max_connections).await?;
+        self.finishes = connect_pool(url, max_connections, Planning::Generic).await?;
         Ok(self)
     }
 
     #[must_use]
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The pool finishes and give-backs run on ([`PgStore::pool`] unless
+    /// [`PgStore::with_finish_pool`] gave them one of their own).
+    #[must_use]
+    pub fn finish_pool(&self) -> &PgPool {
+        &self.finishes
     }
 
     /// Applies the embedded migrations.
@@ -122,7 +155,7 @@ impl PgStore {
     }
 }
 
-async fn connect_pool(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
+async fn connect_pool(url: &str, max_connections: u32, planning: Planning) -> Result<PgPool, StoreError> {
     // sqlx's parse error may quote the URL, password included: say only what is wrong.
     let options: PgConnectOptions = url.parse().map_err(|_: sqlx::Error| {
         StoreError::Unknown(anyhow::anyhow!("database.url is not a valid postgres:// URL"))
@@ -135,12 +168,16 @@ async fn connect_pool(url: &str, max_connections: u32) -> Result<PgPool, StoreEr
         }
         Err(error) => return Err(connect_failure(&options, &error)),
     }
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_with(options)
-        .await
-        .map_err(store_error)
+    let pool = PgPoolOptions::new().max_connections(max_connections).acquire_timeout(Duration::from_secs(5));
+    let pool = match planning {
+        Planning::Chosen => pool,
+        // A `SET` once per connection rather than a startup option, which some connection poolers
+        // refuse: the setting changes how fast the statements run, never what they do.
+        Planning::Generic => pool.after_connect(|conn, _| {
+            Box::pin(async move { conn.execute("SET plan_cache_mode = force_generic_plan").await.map(drop) })
+        }),
+    };
+    pool.connect_with(options).await.map_err(store_error)
 }
 
 /// The URL of `options` as an operator can show it: no password, ever.

@@ -481,7 +481,10 @@ async fn one_connection_unanalyzed(world: &World, table: &str) -> herald_postgre
         .execute(world.store.pool())
         .await
         .expect("no autovacuum");
-    herald_postgres::PgStore::connect(&world.db.url, 1).await.expect("store")
+    // Planned as the workers' connections plan (`Planning::Generic`): once per statement and generation.
+    herald_postgres::PgStore::connect_planned(&world.db.url, 1, herald_postgres::Planning::Generic)
+        .await
+        .expect("store")
 }
 
 /// `delivery_attempt`'s sequential scans and updated rows as the statistics collector has them, once

@@ -11,6 +11,7 @@ use std::time::Duration;
 use herald_app::worker::{Worker, WorkerConfig};
 use herald_domain::{Millis, NotificationId, TaskId, TaskState};
 use herald_ports::TaskView;
+use herald_postgres::{PgStore, Planning};
 use herald_standin::Script;
 use herald_tests::wait::wait_until;
 use herald_tests::{ClockMode, World};
@@ -228,4 +229,70 @@ async fn metrics_show_attempts_by_channel_and_outcome_and_the_task_gauges() {
     assert_eq!(value(r#"herald_tasks{channel="miao",state="UNKNOWN"}"#), Some(1.0), "{text}");
     assert_eq!(value(r#"herald_parked_tasks{channel="miao"}"#), Some(1.0), "{text}");
     assert_eq!(value(r#"herald_parked_tasks{channel="push"}"#), Some(0.0), "{text}");
+}
+
+/// Plans used so far by the statements prepared on `pool`'s one connection whose text starts with
+/// `start`: (generic, custom), summed.
+async fn plans_used(pool: &sqlx::PgPool, start: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT COALESCE(sum(generic_plans), 0)::bigint, COALESCE(sum(custom_plans), 0)::bigint \
+         FROM pg_prepared_statements WHERE starts_with(statement, $1)",
+    )
+    .bind(start)
+    .fetch_one(pool)
+    .await
+    .expect("pg_prepared_statements")
+}
+
+/// Delivers three notifications to alice's push, one task per cycle, through a worker over `store`.
+async fn deliver_three(world: &World, store: &Arc<PgStore>, tag: &str) {
+    for i in 0..3 {
+        world.submit("alice", &format!("{tag}-{i}"), 60_000, None).await.expect("submit");
+    }
+    let worker = Worker::new(
+        store.clone(),
+        world.registry.clone(),
+        world.cipher.clone(),
+        world.clock.clone(),
+        WorkerConfig { id: format!("w-{tag}"), lease: Millis(60_000), batch: 1, idle_poll: HOUR },
+    );
+    let reports = worker.drain(10).await.expect("drain");
+    assert_eq!(reports.len(), 3, "one send per notification: {reports:?}");
+}
+
+const CLAIM: &str = "WITH due AS MATERIALIZED";
+const WRITE_DECISIONS: &str = "WITH u AS (";
+const FINISH_BATCH: &str = "WITH input AS (";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_connections_plan_each_claim_and_finish_statement_once() {
+    let world = World::new(ClockMode::Database).await.expect("world");
+    world.user("alice", &["push"]).await.expect("user");
+    let url = world.db.url.clone();
+
+    // As `herald worker` connects: both pools plan generically, so no run plans again.
+    let generic = PgStore::connect_planned(&url, 1, Planning::Generic)
+        .await
+        .expect("worker store")
+        .with_finish_pool(&url, 1)
+        .await
+        .expect("finish pool");
+    let generic = Arc::new(generic);
+    deliver_three(&world, &generic, "generic").await;
+    for (pool, start) in
+        [(generic.pool(), CLAIM), (generic.pool(), WRITE_DECISIONS), (generic.finish_pool(), FINISH_BATCH)]
+    {
+        let (planned_once, planned_again) = plans_used(pool, start).await;
+        assert!(planned_once >= 1, "{start}… ran on its worker connection with the generic plan");
+        assert_eq!(planned_again, 0, "{start}… was never planned for its parameters");
+    }
+
+    // The control: PostgreSQL's own choice (the API's pool) plans the first runs for their parameters.
+    let chosen = Arc::new(PgStore::connect_planned(&url, 1, Planning::Chosen).await.expect("store"));
+    deliver_three(&world, &chosen, "chosen").await;
+    for start in [CLAIM, WRITE_DECISIONS, FINISH_BATCH] {
+        let (_, planned_again) = plans_used(chosen.pool(), start).await;
+        assert!(planned_again >= 1, "{start}… was planned for its parameters without the setting");
+    }
+    assert_eq!(world.push.messages().len(), 6, "every notification delivered once, whatever the plans");
 }
