@@ -148,17 +148,17 @@ pub(crate) async fn claim(
 /// Which plans of the claim's statements and the batched finish a connection uses, from the rows this
 /// store's claims have taken: 0 until 256, then one more each time that count doubles.
 ///
-/// The statements are kept prepared, and a worker's connection plans each of them once, at its first run
-/// (a generic plan: [`Planning::Generic`](crate::Planning)), keeping that plan until the tables it reads
-/// are analyzed. Made while `delivery_task` held a few rows — a worker started on a new installation — the
-/// plan reads the whole table (a hash join over a sequential scan where each row wants one index probe),
-/// and goes on doing so as the table grows by every task delivered: where autovacuum is off or slow, for
-/// the connection's whole life. Each generation is a new statement text ([`planned`]), so every
-/// connection prepares and plans it again from the tables as they are then; a few dozen generations cover
-/// any lifetime, and each costs a connection one planning. Planning at every run instead costs the claim,
-/// and the batched finish, 0.3–0.5 ms of the database's CPU each time: PostgreSQL's own choice
-/// ([`Planning::Chosen`](crate::Planning)) did that for most runs, estimating the plan made without the
-/// parameters dearer than the ones made for them.
+/// The statements are kept prepared, and a connection plans a prepared statement once for all — at its
+/// first run on the finish pool ([`Planning::Generic`](crate::Planning)); elsewhere when PostgreSQL finds
+/// the plan made without the parameters no dearer than the ones made for them, which for the claim query
+/// it mostly does — and keeps that plan until the tables it reads are analyzed. Made while
+/// `delivery_task` held a few rows — a worker started on a new installation — the plan reads the whole
+/// table (a hash join over a sequential scan where each row wants one index probe), and goes on doing so
+/// as the table grows by every task delivered: where autovacuum is off or slow, for the connection's
+/// whole life. Each generation is a new statement text ([`planned`]), so every connection prepares and
+/// plans it again from the tables as they are then; a few dozen generations cover any lifetime, and each
+/// costs a connection a few plannings. Planning at every run instead costs the claim, and the batched
+/// finish, 0.3–0.5 ms of the database's CPU each time.
 #[must_use]
 pub fn plan_generation(claimed: u64) -> u32 {
     (claimed / 256).checked_ilog2().map_or(0, |doublings| doublings + 1)

@@ -30,14 +30,18 @@ use crate::{claim, create, finish, read, resolve, test_send, views};
 pub enum Planning {
     /// PostgreSQL's own choice (`plan_cache_mode = auto`): a statement is planned for its parameters at
     /// each of its first five runs, and from then on too unless a plan made without them is estimated to
-    /// cost no more. For the API's reads, whose best plan may depend on the user or the page asked for.
+    /// cost no more. For the API's reads, whose best plan may depend on the user or the page asked for,
+    /// and for the claims: how many queue rows a claim reads is estimated from `task_queue`'s statistics
+    /// and its `LIMIT`, and a plan made without the limit (estimated at a tenth of those rows) may join
+    /// all of `delivery_task` instead of probing it per row.
     Chosen,
     /// One plan per statement and connection, made at its first run without looking at the parameters
-    /// (`plan_cache_mode = force_generic_plan`). For the workers' claims, finishes and give-backs: each
-    /// finds its rows by key, so the parameters never change the best plan, but PostgreSQL's estimates for
-    /// the batches' arrays kept it planning most runs again, at 0.3–0.5 ms of the database's CPU each
-    /// (docs/BENCHMARKS.md). A plan made while the tables were small is replaced as they grow
-    /// (`claim::plan_generation`).
+    /// (`plan_cache_mode = force_generic_plan`). For the finish pool ([`PgStore::with_finish_pool`]):
+    /// its statements join the arrays of a batch (estimated at 100 rows each, whatever the tables hold)
+    /// to rows found by key, so the parameters never change the best plan; but PostgreSQL, left to
+    /// choose, estimated the plan made without them dearer than the plans made for each batch and planned
+    /// most flushes again, at 0.3–0.5 ms of its CPU each (docs/BENCHMARKS.md). A plan made while the
+    /// tables were small is replaced as they grow (`claim::plan_generation`).
     Generic,
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use herald_domain::{ChannelName, Millis};
 use herald_ports::{ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore};
-use herald_postgres::{PgStore, Planning};
+use herald_postgres::PgStore;
 use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::ExposeSecret as _;
 
@@ -89,18 +89,12 @@ impl Services {
             .map_err(|error| ConfigError::new(error.key, error.reason))?;
         // The workers' claims get a pool of their own: `herald serve` gives its API another one
         // ([`Services::on_store`]), so requests never take the connections deliveries need.
-        // Their connections run the same few statements, each finding its rows by key: one plan each
-        // (`Planning::Generic`) rather than PostgreSQL planning most runs again.
-        let (size, planning) = if workers {
-            (config.database.worker_max_connections, Planning::Generic)
-        } else {
-            (config.database.max_connections, Planning::Chosen)
-        };
-        let mut store = connect_planned(config, command, size, planning).await?;
+        let size = if workers { config.database.worker_max_connections } else { config.database.max_connections };
+        let mut store = connect_sized(config, command, size).await?;
         if workers {
             // Finishes get a pool of their own, one connection per flusher and one for give-backs: the
             // write that records what a channel answered never queues behind claims or API requests
-            // (SPEC §5).
+            // (SPEC §5). Its connections plan each statement once (`Planning::Generic`).
             let url = config.require_database_url(command)?;
             let size = u32::try_from(crate::finisher::FLUSHERS + 1).unwrap_or(u32::MAX);
             store = store.with_finish_pool(url.expose_secret(), size).await.context("database.url")?;
@@ -201,22 +195,9 @@ pub async fn connect(config: &Config, command: &str) -> anyhow::Result<PgStore> 
 /// # Errors
 /// No `database.url`, or no connection.
 pub async fn connect_sized(config: &Config, command: &str, max_connections: u32) -> anyhow::Result<PgStore> {
-    connect_planned(config, command, max_connections, Planning::Chosen).await
-}
-
-/// As [`connect_sized`], with the pool's connections planning as `planning` says.
-///
-/// # Errors
-/// No `database.url`, or no connection.
-pub async fn connect_planned(
-    config: &Config,
-    command: &str,
-    max_connections: u32,
-    planning: Planning,
-) -> anyhow::Result<PgStore> {
     let url = config.require_database_url(command)?;
     // The store's message names the server without its password, the cause and the usual fix.
-    PgStore::connect_planned(url.expose_secret(), max_connections, planning).await.map_err(|error| match error {
+    PgStore::connect(url.expose_secret(), max_connections).await.map_err(|error| match error {
         herald_ports::StoreError::Unavailable(cause) | herald_ports::StoreError::Unknown(cause) => {
             cause.context("database.url")
         }

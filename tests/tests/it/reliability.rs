@@ -476,15 +476,19 @@ fn accepted_records(held: &[ClaimedTask], provider_msg_id: Option<&str>, now: Ti
 /// A store of one connection, for the plan tests: every statement runs on the backend that cached its
 /// plan. Autovacuum is off for `table`, so no analyze but the test's plans the statements again (the
 /// negative controls' cached plans included).
-async fn one_connection_unanalyzed(world: &World, table: &str) -> herald_postgres::PgStore {
+///
+/// `planning` as the pool the statements under test run on in `herald worker`: `Generic` for the finish
+/// pool, `Chosen` for the claims.
+async fn one_connection_unanalyzed(
+    world: &World,
+    table: &str,
+    planning: herald_postgres::Planning,
+) -> herald_postgres::PgStore {
     sqlx::query(&format!("ALTER TABLE {table} SET (autovacuum_enabled = false)"))
         .execute(world.store.pool())
         .await
         .expect("no autovacuum");
-    // Planned as the workers' connections plan (`Planning::Generic`): once per statement and generation.
-    herald_postgres::PgStore::connect_planned(&world.db.url, 1, herald_postgres::Planning::Generic)
-        .await
-        .expect("store")
+    herald_postgres::PgStore::connect_planned(&world.db.url, 1, planning).await.expect("store")
 }
 
 /// `delivery_attempt`'s sequential scans and updated rows as the statistics collector has them, once
@@ -518,8 +522,8 @@ async fn table_scans(
 }
 
 /// The batched finish finds its attempt rows by index however much `delivery_attempt` has grown since
-/// the connection first ran it. The statement is kept prepared, and a connection plans it once, after its
-/// first few runs: made while the table holds a few rows (here, as in the first seconds of a drain from
+/// the connection first ran it. The statement is kept prepared, and a finish connection plans it once, at
+/// its first run: made while the table holds a few rows (here, as in the first seconds of a drain from
 /// empty tables), that plan reads the whole table for every flush until the table is analyzed. The
 /// statement takes the claim's plan generation (`plan_generation`), so each connection plans it again
 /// once the rows claimed through the store have doubled from 256. Here one connection finishes 8 tasks,
@@ -531,7 +535,7 @@ async fn the_batched_finish_finds_attempts_by_index_however_the_table_grew() {
     let world = World::new(ClockMode::Manual).await.expect("world");
     world.user("u1", &["push"]).await.expect("user");
     // Every finish below runs on the backend that ran the first ones.
-    let store = one_connection_unanalyzed(&world, "delivery_attempt").await;
+    let store = one_connection_unanalyzed(&world, "delivery_attempt", herald_postgres::Planning::Generic).await;
 
     // While the table holds a few rows: more finishes than a connection runs before it caches a plan.
     for i in 0..8 {
@@ -689,7 +693,7 @@ async fn the_claims_plans_are_made_again_as_the_claimed_rows_double() {
     let world = World::new(ClockMode::Manual).await.expect("world");
     world.user("u1", &["push"]).await.expect("user");
     // Every claim runs on the backend that cached the first plans.
-    let store = one_connection_unanalyzed(&world, "delivery_task").await;
+    let store = one_connection_unanalyzed(&world, "delivery_task", herald_postgres::Planning::Chosen).await;
     for i in 0..8 {
         world.submit("u1", &format!("small-{i}"), HOUR, None).await.expect("submit");
         assert_eq!(claim_and_finish(&world, &store, 1).await, 1);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use herald_app::worker::{Worker, WorkerConfig};
 use herald_domain::{Millis, NotificationId, TaskId, TaskState};
 use herald_ports::TaskView;
-use herald_postgres::{PgStore, Planning};
+use herald_postgres::PgStore;
 use herald_standin::Script;
 use herald_tests::wait::wait_until;
 use herald_tests::{ClockMode, World};
@@ -261,38 +261,30 @@ async fn deliver_three(world: &World, store: &Arc<PgStore>, tag: &str) {
 }
 
 const CLAIM: &str = "WITH due AS MATERIALIZED";
-const WRITE_DECISIONS: &str = "WITH u AS (";
 const FINISH_BATCH: &str = "WITH input AS (";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_connections_plan_each_claim_and_finish_statement_once() {
+async fn finish_connections_plan_the_batched_finish_once() {
     let world = World::new(ClockMode::Database).await.expect("world");
     world.user("alice", &["push"]).await.expect("user");
     let url = world.db.url.clone();
 
-    // As `herald worker` connects: both pools plan generically, so no run plans again.
-    let generic = PgStore::connect_planned(&url, 1, Planning::Generic)
-        .await
-        .expect("worker store")
-        .with_finish_pool(&url, 1)
-        .await
-        .expect("finish pool");
-    let generic = Arc::new(generic);
-    deliver_three(&world, &generic, "generic").await;
-    for (pool, start) in
-        [(generic.pool(), CLAIM), (generic.pool(), WRITE_DECISIONS), (generic.finish_pool(), FINISH_BATCH)]
-    {
-        let (planned_once, planned_again) = plans_used(pool, start).await;
-        assert!(planned_once >= 1, "{start}… ran on its worker connection with the generic plan");
-        assert_eq!(planned_again, 0, "{start}… was never planned for its parameters");
-    }
+    // As `herald worker` connects: claims on a pool left to PostgreSQL's choice, finishes on a pool of
+    // their own that plans each statement once.
+    let worker_store =
+        PgStore::connect(&url, 1).await.expect("claim pool").with_finish_pool(&url, 1).await.expect("finish pool");
+    let worker_store = Arc::new(worker_store);
+    deliver_three(&world, &worker_store, "worker").await;
+    let (planned_once, planned_again) = plans_used(worker_store.finish_pool(), FINISH_BATCH).await;
+    assert!(planned_once >= 1, "the batched finish ran on its finish connection with the generic plan");
+    assert_eq!(planned_again, 0, "the batched finish was never planned for its parameters");
+    let (_, claims_planned) = plans_used(worker_store.pool(), CLAIM).await;
+    assert!(claims_planned >= 1, "the claims are planned as PostgreSQL chooses: the first runs for their parameters");
 
-    // The control: PostgreSQL's own choice (the API's pool) plans the first runs for their parameters.
-    let chosen = Arc::new(PgStore::connect_planned(&url, 1, Planning::Chosen).await.expect("store"));
-    deliver_three(&world, &chosen, "chosen").await;
-    for start in [CLAIM, WRITE_DECISIONS, FINISH_BATCH] {
-        let (_, planned_again) = plans_used(chosen.pool(), start).await;
-        assert!(planned_again >= 1, "{start}… was planned for its parameters without the setting");
-    }
+    // The control: finishes on a pool left to PostgreSQL's choice are planned for their parameters.
+    let one_pool = Arc::new(PgStore::connect(&url, 1).await.expect("store"));
+    deliver_three(&world, &one_pool, "one-pool").await;
+    let (_, planned_again) = plans_used(one_pool.pool(), FINISH_BATCH).await;
+    assert!(planned_again >= 1, "without the setting the batched finish was planned for its parameters");
     assert_eq!(world.push.messages().len(), 6, "every notification delivered once, whatever the plans");
 }
