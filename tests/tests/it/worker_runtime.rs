@@ -22,8 +22,13 @@ use tokio::sync::watch;
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn worker(world: &World, id: &str, lease_ms: u64, batch: u32, idle_poll: Duration) -> Worker {
+    worker_on(world, world.store.clone(), id, lease_ms, batch, idle_poll)
+}
+
+/// [`worker`] over another store than the world's (its channels, keys and clock all the same).
+fn worker_on(world: &World, store: Arc<PgStore>, id: &str, lease_ms: u64, batch: u32, idle_poll: Duration) -> Worker {
     Worker::new(
-        world.store.clone(),
+        store,
         world.registry.clone(),
         world.cipher.clone(),
         world.clock.clone(),
@@ -249,13 +254,7 @@ async fn deliver_three(world: &World, store: &Arc<PgStore>, tag: &str) {
     for i in 0..3 {
         world.submit("alice", &format!("{tag}-{i}"), 60_000, None).await.expect("submit");
     }
-    let worker = Worker::new(
-        store.clone(),
-        world.registry.clone(),
-        world.cipher.clone(),
-        world.clock.clone(),
-        WorkerConfig { id: format!("w-{tag}"), lease: Millis(60_000), batch: 1, idle_poll: HOUR },
-    );
+    let worker = worker_on(world, store.clone(), &format!("w-{tag}"), 60_000, 1, HOUR);
     let reports = worker.drain(10).await.expect("drain");
     assert_eq!(reports.len(), 3, "one send per notification: {reports:?}");
 }
