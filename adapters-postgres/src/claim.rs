@@ -79,10 +79,21 @@ pub const CLAIM_QUERY: &str = concat!(
 /// attempt number and token is the one its task row now holds. Counters are bumped by the statement
 /// itself rather than set from the values read earlier, so the rows stay consistent even for the
 /// unlocked negative-control claim.
-const WRITE_DECISIONS: &str = "WITH u AS ( \
-       SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bool[], $5::timestamptz[], $6::int[], \
-         $7::int[], $8::bool[], $9::timestamptz[], $10::bool[], $11::text[], $12::bool[], $13::text[], $14::text[], \
-         $15::text[]) \
+///
+/// The arrays reach `unnest` through a one-row materialized CTE, so no plan sees how long they are:
+/// every plan, made for the parameters or not, estimates ten rows. Unnested directly, a plan made for a
+/// batch of two or three rows looks cheaper than the generic one (ten rows), and PostgreSQL would plan
+/// the statement again on every claim; with equal estimates it keeps the generic plan after its first
+/// five runs. That plan finds each row by its key whatever the batch size, and a plan generation
+/// ([`plan_generation`]) replaces one made while the tables were small.
+const WRITE_DECISIONS: &str = "WITH arrays AS MATERIALIZED ( \
+       SELECT $1::text[] AS user_id, $2::bigint[] AS id, $3::text[] AS state, $4::bool[] AS hold, \
+         $5::timestamptz[] AS next_at, $6::int[] AS d_count, $7::int[] AS d_no, $8::bool[] AS uncertain, \
+         $9::timestamptz[] AS since, $10::bool[] AS review, $11::text[] AS msg, $12::bool[] AS set_error, \
+         $13::text[] AS error, $14::text[] AS action, $15::text[] AS outcome), \
+     u AS ( \
+       SELECT u.* FROM arrays a, unnest(a.user_id, a.id, a.state, a.hold, a.next_at, a.d_count, a.d_no, \
+         a.uncertain, a.since, a.review, a.msg, a.set_error, a.error, a.action, a.outcome) \
          AS u(user_id, id, state, hold, next_at, d_count, d_no, uncertain, since, review, msg, set_error, error, \
               action, outcome)), \
      held AS ( \

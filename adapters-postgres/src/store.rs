@@ -37,11 +37,11 @@ pub enum Planning {
     Chosen,
     /// One plan per statement and connection, made at its first run without looking at the parameters
     /// (`plan_cache_mode = force_generic_plan`). For the finish pool ([`PgStore::with_finish_pool`]):
-    /// its statements join the arrays of a batch (estimated at 100 rows each, whatever the tables hold)
-    /// to rows found by key, so the parameters never change the best plan; but PostgreSQL, left to
-    /// choose, estimated the plan made without them dearer than the plans made for each batch and planned
-    /// most flushes again, at 0.3–0.5 ms of its CPU each (docs/BENCHMARKS.md). A plan made while the
-    /// tables were small is replaced as they grow (`claim::plan_generation`).
+    /// its statements join the arrays of a batch to rows found by key, so the parameters never change
+    /// the best plan; but PostgreSQL, left to choose, found a plan made for a batch of a few rows cheaper
+    /// than the generic one (ten rows for each `unnest`) and planned most flushes again, at 0.3–0.5 ms of
+    /// its CPU each (docs/BENCHMARKS.md). A plan made while the tables were small is replaced as they
+    /// grow (`claim::plan_generation`).
     Generic,
 }
 

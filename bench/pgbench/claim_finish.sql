@@ -28,7 +28,8 @@ WITH due AS MATERIALIZED (
     LEFT JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel)
 SELECT COALESCE(array_agg(user_id), '{}') AS users, COALESCE(array_agg(id), '{}') AS ids FROM claimed
 \gset
-WITH u AS (SELECT * FROM unnest(:users::text[], :ids::bigint[]) AS u(user_id, id)),
+WITH arrays AS MATERIALIZED (SELECT :users::text[] AS user_id, :ids::bigint[] AS id),
+  u AS (SELECT u.* FROM arrays a, unnest(a.user_id, a.id) AS u(user_id, id)),
   held AS (
     UPDATE delivery_task t SET state = 'SENDING', attempt_token = gen_random_uuid(), lease_owner = 'pgbench',
       lease_until = now() + interval '60 seconds', next_attempt_at = now() + interval '60 seconds',

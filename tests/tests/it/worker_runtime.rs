@@ -249,18 +249,64 @@ async fn plans_used(pool: &sqlx::PgPool, start: &str) -> (i64, i64) {
     .expect("pg_prepared_statements")
 }
 
-/// Delivers three notifications to alice's push, one task per cycle, through a worker over `store`.
-async fn deliver_three(world: &World, store: &Arc<PgStore>, tag: &str) {
-    for i in 0..3 {
+/// Delivers `count` notifications to alice's push, one task per cycle, through a worker over `store`.
+async fn deliver(world: &World, store: &Arc<PgStore>, tag: &str, count: usize) {
+    for i in 0..count {
         world.submit("alice", &format!("{tag}-{i}"), 60_000, None).await.expect("submit");
     }
     let worker = worker_on(world, store.clone(), &format!("w-{tag}"), 60_000, 1, HOUR);
-    let reports = worker.drain(10).await.expect("drain");
-    assert_eq!(reports.len(), 3, "one send per notification: {reports:?}");
+    let reports = worker.drain(count + 5).await.expect("drain");
+    assert_eq!(reports.len(), count, "one send per notification: {reports:?}");
 }
 
 const CLAIM: &str = "WITH due AS MATERIALIZED";
+const CLAIM_WRITE: &str = "WITH arrays AS MATERIALIZED (";
 const FINISH_BATCH: &str = "WITH input AS (";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_write_keeps_one_plan_for_batches_of_any_size() {
+    let world = World::new(ClockMode::Database).await.expect("world");
+    world.user("alice", &["push"]).await.expect("user");
+    let store = Arc::new(PgStore::connect(&world.db.url, 1).await.expect("store"));
+    // Tables large enough, and analyzed, for every plan to find rows by key: the choice between a plan
+    // made for the parameters and the generic one then turns on how many rows each expects.
+    sqlx::query(
+        "WITH n AS (INSERT INTO notification (user_id, event_key, body, created_at, expires_at) \
+           SELECT 'old', 'old-' || g, 'b', now(), now() FROM generate_series(1, 5000) g RETURNING user_id, id) \
+         INSERT INTO delivery_task (user_id, notification_id, channel, state, max_attempts, attempt_count, \
+           last_attempt_no, created_at, updated_at) \
+         SELECT user_id, id, 'push', 'SENT', 8, 1, 1, now(), now() FROM n",
+    )
+    .execute(store.pool())
+    .await
+    .expect("grow");
+    sqlx::query("ANALYZE notification, delivery_task, task_queue").execute(store.pool()).await.expect("analyze");
+
+    // Eight claims of one task each on one connection left to PostgreSQL's choice, as `herald worker`
+    // claims: PostgreSQL plans the first five runs for their parameters, then keeps the generic plan.
+    deliver(&world, &store, "write", 8).await;
+    let (generic, custom) = plans_used(store.pool(), CLAIM_WRITE).await;
+    assert!(custom <= 5, "planned for its parameters only while PostgreSQL compares: {custom} times");
+    assert!(generic >= 3, "the later claims' writes ran the generic plan: {generic} times");
+
+    // The control: a statement of the same shape with its arrays unnested directly — a plan made for a
+    // one-row array looks cheaper than the generic one (ten rows), so it is planned on every run.
+    let (user_ids, task_ids): (Vec<String>, Vec<i64>) = sqlx::query_as(
+        "SELECT array_agg(user_id), array_agg(id) FROM (SELECT user_id, id FROM delivery_task WHERE user_id = 'alice' LIMIT 1) t",
+    )
+    .fetch_one(store.pool())
+    .await
+    .expect("a task");
+    let direct = "WITH u AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(user_id, id)) \
+                  SELECT count(*) FROM u JOIN delivery_task t ON t.user_id = u.user_id AND t.id = u.id";
+    for _ in 0..8 {
+        let found: i64 =
+            sqlx::query_scalar(direct).bind(&user_ids).bind(&task_ids).fetch_one(store.pool()).await.expect("query");
+        assert_eq!(found, 1);
+    }
+    let (generic, custom) = plans_used(store.pool(), "WITH u AS (SELECT * FROM unnest(").await;
+    assert_eq!((generic, custom), (0, 8), "unnested directly, every run was planned for its parameters");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finish_connections_plan_the_batched_finish_once() {
@@ -273,7 +319,7 @@ async fn finish_connections_plan_the_batched_finish_once() {
     let worker_store =
         PgStore::connect(&url, 1).await.expect("claim pool").with_finish_pool(&url, 1).await.expect("finish pool");
     let worker_store = Arc::new(worker_store);
-    deliver_three(&world, &worker_store, "worker").await;
+    deliver(&world, &worker_store, "worker", 3).await;
     let (planned_once, planned_again) = plans_used(worker_store.finish_pool(), FINISH_BATCH).await;
     assert!(planned_once >= 1, "the batched finish ran on its finish connection with the generic plan");
     assert_eq!(planned_again, 0, "the batched finish was never planned for its parameters");
@@ -282,7 +328,7 @@ async fn finish_connections_plan_the_batched_finish_once() {
 
     // The control: finishes on a pool left to PostgreSQL's choice are planned for their parameters.
     let one_pool = Arc::new(PgStore::connect(&url, 1).await.expect("store"));
-    deliver_three(&world, &one_pool, "one-pool").await;
+    deliver(&world, &one_pool, "one-pool", 3).await;
     let (_, planned_again) = plans_used(one_pool.pool(), FINISH_BATCH).await;
     assert!(planned_again >= 1, "without the setting the batched finish was planned for its parameters");
     assert_eq!(world.push.messages().len(), 6, "every notification delivered once, whatever the plans");
