@@ -304,7 +304,7 @@ async fn the_claims_write_keeps_one_plan_for_batches_of_any_size() {
             sqlx::query_scalar(direct).bind(&user_ids).bind(&task_ids).fetch_one(store.pool()).await.expect("query");
         assert_eq!(found, 1);
     }
-    let (generic, custom) = plans_used(store.pool(), "WITH u AS (SELECT * FROM unnest(").await;
+    let (generic, custom) = plans_used(store.pool(), direct).await;
     assert_eq!((generic, custom), (0, 8), "unnested directly, every run was planned for its parameters");
 }
 
