@@ -22,8 +22,13 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 /// the queue's index `(due_at, task_id)` serves both halves of the runnable predicate and the order. The
 /// domain re-checks each row.
 ///
-/// Queue rows are chosen and locked first (`SKIP LOCKED`: that lock is what keeps two claims apart), then
-/// their task rows in a `MATERIALIZED` selection of their own (`FOR NO KEY UPDATE`: the claim never
+/// Queue rows are chosen and locked first (`SKIP LOCKED`: that lock is what keeps two claims apart), each
+/// counted only once its task row is locked too, by a locking subquery (`SKIP LOCKED`), before its queue
+/// row. Writers — a finish, a resolution — lock the task row and then, from the queue's trigger, the queue
+/// row; a claim that took a queue row in between and only then found its task row taken used a place of
+/// its `LIMIT` on a task it could not claim, and came back short while runnable tasks waited behind it.
+/// Locking the task row first, as writers do, passes such a row over. Then the task rows are read again
+/// in a `MATERIALIZED` selection of their own (`FOR NO KEY UPDATE`: the claim never
 /// changes a key, so creates inserting attempt rows that reference a task are not blocked; `SKIP LOCKED`
 /// too, so a claim never waits for a writer, which locks the task before the queue row). The runnable
 /// predicate is checked again on the locked task. Every task column the decision reads comes out of that
@@ -55,6 +60,8 @@ pub const CLAIM_QUERY: &str = concat!(
          AND NOT EXISTS (SELECT 1 FROM channel_egress e \
                JOIN unnest($4::text[], $5::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
                WHERE e.channel = q.channel AND e.last_call_at > $1 - r.spacing_ms * interval '1 millisecond') \
+         AND EXISTS (SELECT 1 FROM delivery_task l WHERE l.user_id = q.user_id AND l.id = q.task_id \
+               FOR NO KEY UPDATE SKIP LOCKED) \
        ORDER BY q.due_at, q.task_id \
        LIMIT $3 \
        FOR NO KEY UPDATE OF q SKIP LOCKED), \

@@ -676,6 +676,56 @@ async fn a_task_due_at_the_claims_instant_is_checked_without_reading_every_task(
     assert_eq!(claimed.iter().map(|t| t.task_id).collect::<Vec<_>>(), vec![due], "the task due now is claimed");
 }
 
+/// A claim fills its batch past a task whose row a writer holds. Writers (a finish, a resolution) lock
+/// the task row first and its queue row after, from the queue's trigger; a claim that locked the queue
+/// row in that gap, and only then found the task row taken, used up a place of its `LIMIT` on a task it
+/// could not take, and came back short — here empty — while a runnable task waited behind it, so the
+/// worker waited for its next wake-up or poll. The writer here holds the older task's row for the whole
+/// claim. The negative control runs the claim query without its check of the task row's lock: it takes
+/// the queue row and returns nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_takes_the_next_task_when_a_writer_holds_the_first() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    world.user("u1", &["push"]).await.expect("user");
+    let held = world.submit("u1", "held", HOUR, None).await.expect("submit").tasks[0].task_id;
+    let next = world.submit("u1", "next", HOUR, None).await.expect("submit").tasks[0].task_id;
+    assert!(held < next, "the held task is the older, first in due order");
+    let pool = world.store.pool();
+
+    let mut writer = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM delivery_task WHERE user_id = 'u1' AND id = $1 FOR NO KEY UPDATE")
+        .bind(held.0)
+        .execute(&mut *writer)
+        .await
+        .expect("the writer locks the task row");
+
+    let lock_check = "AND EXISTS (SELECT 1 FROM delivery_task l WHERE l.user_id = q.user_id AND l.id = q.task_id \
+               FOR NO KEY UPDATE SKIP LOCKED) ";
+    assert!(herald_postgres::CLAIM_QUERY.contains(lock_check), "the claim query's text changed");
+    let earlier = herald_postgres::CLAIM_QUERY.replace(lock_check, "");
+    let mut control = pool.begin().await.expect("begin");
+    let rows = sqlx::query(&earlier)
+        .bind(at(T0))
+        .bind(vec!["push".to_owned()])
+        .bind(1_i64)
+        .bind(Vec::<String>::new())
+        .bind(Vec::<i64>::new())
+        .fetch_all(&mut *control)
+        .await
+        .expect("the earlier claim query");
+    control.rollback().await.expect("rollback");
+    assert_eq!(rows.len(), 0, "without the check, the held task takes the only place and is then skipped");
+
+    let request =
+        ClaimRequest { worker: "w1".into(), now: T0, lease: Millis(60_000), limit: 1, channels: world.table() };
+    let claimed = world.store.claim(&request).await.expect("claim").claimed;
+    assert_eq!(claimed.iter().map(|t| t.task_id).collect::<Vec<_>>(), vec![next], "the next task is claimed");
+
+    writer.rollback().await.expect("the writer lets go");
+    let claimed = world.store.claim(&request).await.expect("claim").claimed;
+    assert_eq!(claimed.iter().map(|t| t.task_id).collect::<Vec<_>>(), vec![held], "then the held one");
+}
+
 /// A stored timestamp as the database takes it.
 fn at(t: Timestamp) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::<chrono::Utc>::from_timestamp_millis(t.0).expect("a valid instant")
