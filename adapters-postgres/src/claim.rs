@@ -27,7 +27,10 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 /// row. Writers — a finish, a resolution — lock the task row and then, from the queue's trigger, the queue
 /// row; a claim that took a queue row in between and only then found its task row taken used a place of
 /// its `LIMIT` on a task it could not claim, and came back short while runnable tasks waited behind it.
-/// Locking the task row first, as writers do, passes such a row over. Then the task rows are read again
+/// Locking the task row first, as writers do, passes such a row over. The lock is the `THEN` of a `CASE`,
+/// so it is taken only for a row that passed every other check: in a plain conjunction the planner orders
+/// the checks by cost, and a claim scanning past the backlog of a channel whose slot is taken would lock
+/// every one of those tasks. Then the task rows are read again
 /// in a `MATERIALIZED` selection of their own (`FOR NO KEY UPDATE`: the claim never
 /// changes a key, so creates inserting attempt rows that reference a task are not blocked; `SKIP LOCKED`
 /// too, so a claim never waits for a writer, which locks the task before the queue row). The runnable
@@ -55,13 +58,14 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 pub const CLAIM_QUERY: &str = concat!(
     "WITH due AS MATERIALIZED (SELECT q.user_id, q.task_id FROM task_queue q \
        WHERE q.due_at <= $1 AND q.channel = ANY($2) \
-         AND (q.due_at < $1 OR (SELECT s.state FROM delivery_task s \
+         AND CASE WHEN (q.due_at < $1 OR (SELECT s.state FROM delivery_task s \
                WHERE s.user_id = q.user_id AND s.id = q.task_id) IS DISTINCT FROM 'SENDING') \
-         AND NOT EXISTS (SELECT 1 FROM channel_egress e \
+           AND NOT EXISTS (SELECT 1 FROM channel_egress e \
                JOIN unnest($4::text[], $5::bigint[]) AS r(channel, spacing_ms) ON r.channel = e.channel \
                WHERE e.channel = q.channel AND e.last_call_at > $1 - r.spacing_ms * interval '1 millisecond') \
-         AND EXISTS (SELECT 1 FROM delivery_task l WHERE l.user_id = q.user_id AND l.id = q.task_id \
+         THEN EXISTS (SELECT 1 FROM delivery_task l WHERE l.user_id = q.user_id AND l.id = q.task_id \
                FOR NO KEY UPDATE SKIP LOCKED) \
+         ELSE false END \
        ORDER BY q.due_at, q.task_id \
        LIMIT $3 \
        FOR NO KEY UPDATE OF q SKIP LOCKED), \

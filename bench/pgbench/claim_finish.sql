@@ -8,10 +8,11 @@ BEGIN;
 WITH due AS MATERIALIZED (
     SELECT q.user_id, q.task_id FROM task_queue q
     WHERE q.due_at <= now() AND q.channel = ANY('{push,sms}'::text[])
-      AND (q.due_at < now() OR (SELECT s.state FROM delivery_task s
+      AND CASE WHEN (q.due_at < now() OR (SELECT s.state FROM delivery_task s
             WHERE s.user_id = q.user_id AND s.id = q.task_id) IS DISTINCT FROM 'SENDING')
-      AND EXISTS (SELECT 1 FROM delivery_task l WHERE l.user_id = q.user_id AND l.id = q.task_id
+        THEN EXISTS (SELECT 1 FROM delivery_task l WHERE l.user_id = q.user_id AND l.id = q.task_id
             FOR NO KEY UPDATE SKIP LOCKED)
+        ELSE false END
     ORDER BY q.due_at, q.task_id
     LIMIT :batch
     FOR NO KEY UPDATE OF q SKIP LOCKED),
