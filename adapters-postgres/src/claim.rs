@@ -22,23 +22,23 @@ use crate::rows::{task_decision_columns, ClaimRow, HeldRow, TaskRow};
 /// the queue's index `(due_at, task_id)` serves both halves of the runnable predicate and the order. The
 /// domain re-checks each row.
 ///
-/// Queue rows are chosen and locked first (`SKIP LOCKED`: that lock is what keeps two claims apart), each
-/// counted only once its task row is locked too, by a locking subquery (`SKIP LOCKED`), before its queue
-/// row. Writers — a finish, a resolution — lock the task row and then, from the queue's trigger, the queue
-/// row; a claim that took a queue row in between and only then found its task row taken used a place of
-/// its `LIMIT` on a task it could not claim, and came back short while runnable tasks waited behind it.
-/// Locking the task row first, as writers do, passes such a row over. The lock is the `THEN` of a `CASE`,
-/// so it is taken only for a row that passed every other check: in a plain conjunction the planner orders
-/// the checks by cost, and a claim scanning past the backlog of a channel whose slot is taken would lock
-/// every one of those tasks. Then the task rows are read again
-/// in a `MATERIALIZED` selection of their own (`FOR NO KEY UPDATE`: the claim never
-/// changes a key, so creates inserting attempt rows that reference a task are not blocked; `SKIP LOCKED`
-/// too, so a claim never waits for a writer, which locks the task before the queue row). The runnable
-/// predicate is checked again on the locked task. Every task column the decision reads comes out of that
-/// selection: a row updated by a finish that committed while the statement ran is locked in its new
-/// version, and only the locking selection returns that version — a second read of `delivery_task` in
-/// the same statement would see the version of the statement's snapshot, from before the finish, and
-/// decide on a state that no longer exists.
+/// Each candidate is locked in the order writers use. Writers — a finish, a resolution — lock the task
+/// row and then, from the queue's trigger, the queue row; so the claim locks a candidate's task row first,
+/// by a locking subquery (`SKIP LOCKED`), and its queue row after (`SKIP LOCKED`: that lock is what keeps
+/// two claims apart). Locked the other way round, a claim that took a queue row while a writer held its
+/// task row used a place of its `LIMIT` on a task it could not claim, and came back short while runnable
+/// tasks waited behind it. The task-row lock is the `THEN` of a `CASE`, so it is taken only for a row that
+/// passed every other check: in a plain conjunction the planner orders the checks by cost, and a claim
+/// scanning past the backlog of a channel whose slot is taken would lock every one of those tasks.
+///
+/// The task rows are then read again in a `MATERIALIZED` selection of their own (`FOR NO KEY UPDATE`: the
+/// claim never changes a key, so creates inserting attempt rows that reference a task are not blocked;
+/// `SKIP LOCKED` too, so a claim never waits for a writer). The runnable predicate is checked again on the
+/// locked task. Every task column the decision reads comes out of that selection: a row updated by a
+/// finish that committed while the statement ran is locked in its new version, and only the locking
+/// selection returns that version — a second read of `delivery_task` in the same statement would see the
+/// version of the statement's snapshot, from before the finish, and decide on a state that no longer
+/// exists.
 ///
 /// A lease is over only once its end has passed (`lease_until < now`), while any other due task is
 /// runnable at its due time: a queue row due exactly now is passed over when its task is `SENDING`. Taken

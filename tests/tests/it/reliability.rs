@@ -30,6 +30,8 @@ use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
 use herald_standin::Script;
 use herald_tests::clock::ManualClock;
 use herald_tests::world::{ClockMode, World, T0};
+use sqlx::postgres::PgArguments;
+use sqlx::Arguments;
 
 const HOUR: u64 = 3_600_000;
 
@@ -587,12 +589,8 @@ async fn the_claim_reads_the_queue_by_its_due_index() {
     let world = World::new(ClockMode::Manual).await.expect("world");
     let mut conn = world.store.pool().acquire().await.expect("connection");
     sqlx::query("SET enable_seqscan = off").execute(&mut *conn).await.expect("set");
-    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", herald_postgres::CLAIM_QUERY))
-        .bind(chrono::DateTime::<chrono::Utc>::from_timestamp_millis(1_767_225_600_000).expect("time"))
-        .bind(vec!["push".to_owned(), "miao".to_owned()])
-        .bind(32_i64)
-        .bind(vec!["miao".to_owned()])
-        .bind(vec![10_000_i64])
+    let args = claim_args(T0, &["push", "miao"], 32, &[("miao", 10_000)]);
+    let plan: Vec<String> = sqlx::query_scalar_with(&format!("EXPLAIN {}", herald_postgres::CLAIM_QUERY), args)
         .fetch_all(&mut *conn)
         .await
         .expect("explain");
@@ -643,12 +641,8 @@ async fn a_task_due_at_the_claims_instant_is_checked_without_reading_every_task(
     assert!(herald_postgres::CLAIM_QUERY.contains(new_predicate), "the claim query's text changed");
     let explained = |query: String| async move {
         let mut tx = pool.begin().await.expect("begin");
-        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {query}"))
-            .bind(at(T0))
-            .bind(vec!["push".to_owned()])
-            .bind(32_i64)
-            .bind(Vec::<String>::new())
-            .bind(Vec::<i64>::new())
+        let explain = format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {query}");
+        let plan: Vec<String> = sqlx::query_scalar_with(&explain, claim_args(T0, &["push"], 32, &[]))
             .fetch_all(&mut *tx)
             .await
             .expect("explain");
@@ -706,12 +700,7 @@ async fn a_claim_takes_the_next_task_when_a_writer_holds_the_first() {
     assert!(herald_postgres::CLAIM_QUERY.contains(lock_check), "the claim query's text changed");
     let earlier = herald_postgres::CLAIM_QUERY.replace(lock_check, "THEN true ");
     let mut control = pool.begin().await.expect("begin");
-    let rows = sqlx::query(&earlier)
-        .bind(at(T0))
-        .bind(vec!["push".to_owned()])
-        .bind(1_i64)
-        .bind(Vec::<String>::new())
-        .bind(Vec::<i64>::new())
+    let rows = sqlx::query_with(&earlier, claim_args(T0, &["push"], 1, &[]))
         .fetch_all(&mut *control)
         .await
         .expect("the earlier claim query");
@@ -737,12 +726,7 @@ async fn a_claim_takes_the_next_task_when_a_writer_holds_the_first() {
         .await
         .expect("the slot is taken");
     let mut claim = pool.begin().await.expect("begin");
-    let rows = sqlx::query(herald_postgres::CLAIM_QUERY)
-        .bind(at(T0))
-        .bind(vec!["miao".to_owned()])
-        .bind(1_i64)
-        .bind(vec!["miao".to_owned()])
-        .bind(vec![60_000_i64])
+    let rows = sqlx::query_with(herald_postgres::CLAIM_QUERY, claim_args(T0, &["miao"], 1, &[("miao", 60_000)]))
         .fetch_all(&mut *claim)
         .await
         .expect("the claim query");
@@ -755,6 +739,18 @@ async fn a_claim_takes_the_next_task_when_a_writer_holds_the_first() {
         .expect("the waiting task's row is not locked by the claim that passed it over");
     other.rollback().await.expect("rollback");
     claim.rollback().await.expect("rollback");
+}
+
+/// The claim query's five parameters, in its order: the claim's instant, the channels it serves, its
+/// limit, and the rate-limited channels among them with their spacing (ms).
+fn claim_args(now: Timestamp, channels: &[&str], limit: i64, limited: &[(&str, i64)]) -> PgArguments {
+    let mut args = PgArguments::default();
+    args.add(at(now)).expect("now");
+    args.add(channels.iter().map(|name| (*name).to_owned()).collect::<Vec<String>>()).expect("channels");
+    args.add(limit).expect("limit");
+    args.add(limited.iter().map(|(name, _)| (*name).to_owned()).collect::<Vec<String>>()).expect("limited");
+    args.add(limited.iter().map(|(_, spacing)| *spacing).collect::<Vec<i64>>()).expect("spacing");
+    args
 }
 
 /// A stored timestamp as the database takes it.
