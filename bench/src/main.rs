@@ -48,6 +48,9 @@ pub struct Plan {
     pub random_keys: bool,
     /// Only the latency phase, at this many notifications per second (`--herald-only` runs).
     pub latency_at: Option<f64>,
+    /// `VACUUM task_queue` before each of Herald's phases, standing in for the autovacuum of migration
+    /// `0012` on a server that runs none; off (`--no-vacuum`, `--herald-only` runs) for the control.
+    pub vacuum_queue: bool,
     pub submit_clients: usize,
     pub submit_secs: f64,
     pub latency_secs: f64,
@@ -68,14 +71,14 @@ struct Options {
 }
 
 const USAGE: &str = "usage: herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] \
-                     [--herald-only] [--history TASKS] [--random-keys] [--latency-at RATE] [--profile NAME] \
-                     [--command TEXT]";
+                     [--herald-only] [--history TASKS] [--random-keys] [--no-vacuum] [--latency-at RATE] \
+                     [--profile NAME] [--command TEXT]";
 
 fn options() -> anyhow::Result<Options> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mut quick, mut scaling, mut write, mut herald_only) = (false, false, false, false);
     let (mut herald, mut apalis, mut profile, mut command) = (None, None, "release".to_owned(), String::new());
-    let (mut history, mut random_keys, mut latency_at) = (None, false, None);
+    let (mut history, mut random_keys, mut latency_at, mut vacuum_queue) = (None, false, None, true);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().cloned().context(USAGE);
@@ -85,6 +88,7 @@ fn options() -> anyhow::Result<Options> {
             "--write" => write = true,
             "--herald-only" => herald_only = true,
             "--random-keys" => random_keys = true,
+            "--no-vacuum" => vacuum_queue = false,
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--apalis" => apalis = Some(PathBuf::from(value()?)),
             "--profile" => profile = value()?,
@@ -107,6 +111,9 @@ fn options() -> anyhow::Result<Options> {
     if random_keys && !herald_only {
         bail!("--random-keys is a control for --herald-only runs: its figures are not Herald's");
     }
+    if !vacuum_queue && !herald_only {
+        bail!("--no-vacuum is a control for --herald-only runs: the figures of record vacuum the queue");
+    }
     if latency_at.is_some() && !herald_only {
         bail!("--latency-at measures the latency alone: it goes with --herald-only");
     }
@@ -123,6 +130,7 @@ fn options() -> anyhow::Result<Options> {
             history: 100_000,
             random_keys,
             latency_at,
+            vacuum_queue,
             submit_clients: 16,
             submit_secs: 3.0,
             latency_secs: 3.0,
@@ -145,6 +153,7 @@ fn options() -> anyhow::Result<Options> {
             history: 10_000_000,
             random_keys,
             latency_at,
+            vacuum_queue,
             submit_clients: 32,
             submit_secs: 15.0,
             latency_secs: 20.0,
@@ -224,6 +233,7 @@ async fn main() -> anyhow::Result<()> {
     let name = format!("bench_herald_{tag}");
     let (url, pool) = database(&admin, &admin_url, &name).await?;
     let mut herald = Herald::start(herald_bin, workdir.clone(), &url, pool).await?;
+    herald.vacuum = plan.vacuum_queue;
     let outcome = run_herald(&plan, &mut herald, &mut figures).await;
     herald.stop_all(true).await;
     herald.pool.close().await;
