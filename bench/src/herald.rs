@@ -133,7 +133,7 @@ pub struct Herald {
     /// The WAL of the last [`Herald::drain`], until taken.
     last_wal: Option<wal::Use>,
     /// Each phase starts with `VACUUM task_queue` (see [`Herald::vacuum_queue`]).
-    pub vacuum: bool,
+    vacuum: bool,
 }
 
 fn config_text(db_url: &str, listen: u16, s: &StandIns, service: &str, admin: &str) -> String {
@@ -231,7 +231,13 @@ pub struct Rss {
 }
 
 impl Herald {
-    pub async fn start(binary: PathBuf, workdir: PathBuf, db_url: &str, pool: PgPool) -> anyhow::Result<Herald> {
+    pub async fn start(
+        binary: PathBuf,
+        workdir: PathBuf,
+        db_url: &str,
+        pool: PgPool,
+        vacuum: bool,
+    ) -> anyhow::Result<Herald> {
         let standins = StandIns::start().await;
         let (service, admin) = (token("svc"), token("adm"));
         let port = free_port()?;
@@ -261,7 +267,7 @@ impl Herald {
             inserted: 0,
             inspect_wal,
             last_wal: None,
-            vacuum: true,
+            vacuum,
         })
     }
 
@@ -364,11 +370,12 @@ impl Herald {
         backlog(&self.pool, from, notifications, channels).await
     }
 
-    /// Vacuums the claim's queue before a phase (after its backlog is written, if it has one), as the autovacuum that migration `0012` asks for (at 2 %
-    /// dead rows) would between phases on a server that runs it. This one may not (`autovacuum` is off on
-    /// the machine of record), and then every claim of a phase walks the dead entries of `task_queue_due`
-    /// that the phases before it left: the rate-limited channel made 38 and 35 calls/s after the other
-    /// phases, 38 and 38 with the queue vacuumed first, 35 and 31 with only the other tables vacuumed.
+    /// Vacuums the claim's queue before a phase (after its backlog is written, if it has one), as the
+    /// autovacuum that migration `0012` asks for (at 2 % dead rows) would between phases on a server that
+    /// runs it. This one may not (`autovacuum` is off on the machine of record), and then every claim of a
+    /// phase walks the dead entries of `task_queue_due` that the phases before it left: the rate-limited
+    /// channel made 38 and 35 calls/s after the other phases, 38 and 38 with the queue vacuumed first, 35
+    /// and 31 with only the other tables vacuumed.
     async fn vacuum_queue(&self) -> anyhow::Result<()> {
         if self.vacuum {
             sqlx::query("VACUUM task_queue").execute(&self.pool).await?;

@@ -232,8 +232,7 @@ async fn main() -> anyhow::Result<()> {
     // ---------------------------------------------------------------- Herald, through the real binary
     let name = format!("bench_herald_{tag}");
     let (url, pool) = database(&admin, &admin_url, &name).await?;
-    let mut herald = Herald::start(herald_bin, workdir.clone(), &url, pool).await?;
-    herald.vacuum = plan.vacuum_queue;
+    let mut herald = Herald::start(herald_bin, workdir.clone(), &url, pool, plan.vacuum_queue).await?;
     let outcome = run_herald(&plan, &mut herald, &mut figures).await;
     herald.stop_all(true).await;
     herald.pool.close().await;

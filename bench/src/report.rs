@@ -447,10 +447,7 @@ pub fn benchmarks_md(plan: &Plan, m: &Machine, f: &Figures) -> String {
          * **Worker memory**: one `herald worker` with `worker.concurrency = {inflight}` and batch 1, over \
          {inflight} tasks of a channel whose stand-in accepts and holds every answer for 8 s; `VmRSS` and \
          `VmHWM` from `/proc/PID/status` once the calls are in flight.\n\
-         * **Between Herald's phases**: they run one after the other in one database, and each starts with \
-         `VACUUM task_queue` (after its backlog is written), as the autovacuum that migration `0012` sets for \
-         the claim's queue would between them: a server without autovacuum (this one, see below) would leave \
-         every claim of a later phase walking the dead queue entries of the phases before it.\n\
+         * **Between Herald's phases**: {between}\n\
          * **Peers**: each drains the same number of no-op jobs ({jobs}) from its own database on the same \
          server, inserted in bulk before the clock starts; the clock stops when the database shows them all \
          completed. graphile-worker 0.17.3 and pg-boss 10.4.2 from npm (`bench/node`, pinned by \
@@ -466,6 +463,16 @@ pub fn benchmarks_md(plan: &Plan, m: &Machine, f: &Figures) -> String {
          end (the whole server's WAL, this run being the only writer), and from `pg_walinspect` how much of it \
          were full-page images; the harness prints the split by kind (heap, B-tree) too.\n",
         users = crate::herald::USERS,
+        between = if plan.vacuum_queue {
+            "they run one after the other in one database, and each starts with `VACUUM task_queue` (after its \
+             backlog is written), as the autovacuum that migration `0012` sets for the claim's queue would \
+             between them: a server without autovacuum (this one, see below) would leave every claim of a later \
+             phase walking the dead queue entries of the phases before it."
+        } else {
+            "they run one after the other in one database, and the claim's queue is not vacuumed between them \
+             (`--no-vacuum`, the control): on a server without autovacuum every claim of a later phase walks the \
+             dead queue entries of the phases before it."
+        },
         hist = history_label(plan),
         hist_secs = f.history_secs.map(|s| format!(" (written in {s:.0} s)")).unwrap_or_default(),
         clients = plan.submit_clients,
