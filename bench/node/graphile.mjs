@@ -1,6 +1,7 @@
 // The graphile-worker peer of scripts/bench.sh: N no-op jobs added in bulk to its own database, then
 // drained by one runner with batching on (a local queue, batched completions and failures).
-// Prints `drained N jobs in S s`, the line herald-bench reads.
+// Prints `draining` when the clock starts and `drained N jobs in S s` at the end, the lines herald-bench
+// reads.
 //
 //   node graphile.mjs DATABASE_URL JOBS CONCURRENCY LOCAL_QUEUE
 import { Logger, makeWorkerUtils, run } from "graphile-worker";
@@ -31,6 +32,8 @@ const count = async () =>
   );
 console.error(`graphile-worker: ${await count()} jobs queued`);
 
+// herald-bench measures the CPU from this line on.
+console.log("draining");
 const started = process.hrtime.bigint();
 const runner = await run({
   connectionString: url,

@@ -1,6 +1,7 @@
 // The pg-boss peer of scripts/bench.sh: N no-op jobs inserted in bulk into its own database, then drained
 // by WORKERS `work` loops fetching BATCH jobs each (completed as a batch when the handler returns).
-// Prints `drained N jobs in S s`, the line herald-bench reads.
+// Prints `draining` when the clock starts and `drained N jobs in S s` at the end, the lines herald-bench
+// reads.
 //
 //   node pgboss.mjs DATABASE_URL JOBS WORKERS BATCH
 import PgBoss from "pg-boss";
@@ -28,6 +29,8 @@ const done = async () =>
   );
 console.error(`pg-boss: ${jobs} jobs queued`);
 
+// herald-bench measures the CPU from this line on.
+console.log("draining");
 const started = process.hrtime.bigint();
 for (let w = 0; w < workers; w++) {
   await boss.work(queue, { batchSize, pollingIntervalSeconds: 0.5 }, async () => {});

@@ -1,6 +1,7 @@
 //! The peers, each against its own database on the same server: graphile-worker and pg-boss (Node.js,
 //! bench/node), apalis-postgres (bench/apalis) and pgbench running Herald's own statements
-//! (bench/pgbench/claim_finish.sql). Every peer drains no-op jobs and reports `drained N jobs in S s`.
+//! (bench/pgbench/claim_finish.sql). Every peer drains no-op jobs, says `draining` when its clock starts
+//! and reports `drained N jobs in S s`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -8,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context as _};
 use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
 use crate::herald::{backlog, Drain};
@@ -21,16 +23,30 @@ pub struct Peers {
     pub workdir: PathBuf,
 }
 
-/// Runs a peer program; its last stdout line must be `drained N jobs in S s`.
-async fn run_peer(name: &str, command: &mut Command, log: &Path) -> anyhow::Result<Drain> {
-    let out = command
+/// Runs a peer program: its stdout must say `draining` when its clock starts and end with `drained N
+/// jobs in S s`. The CPU is measured from the first line to the program's end (its `subject` is its
+/// command name), so its setup — the schema, the bulk insert of its jobs — is not counted.
+async fn run_peer(name: &str, subject: &str, command: &mut Command, log: &Path) -> anyhow::Result<Drain> {
+    let mut child = command
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log)?)
-        .output()
-        .await
+        .kill_on_drop(true)
+        .spawn()
         .with_context(|| format!("cannot run the {name} peer"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    ensure!(out.status.success(), "the {name} peer failed ({}); see {}\n{stdout}", out.status, log.display());
+    let mut lines = BufReader::new(child.stdout.take().context("no stdout")?).lines();
+    let (mut stdout, mut before) = (String::new(), None);
+    while let Some(line) = lines.next_line().await? {
+        if line == "draining" && before.is_none() {
+            before = Some(crate::cpu::snapshot());
+        }
+        stdout.push_str(&line);
+        stdout.push('\n');
+    }
+    let status = child.wait().await?;
+    let after = crate::cpu::snapshot();
+    ensure!(status.success(), "the {name} peer failed ({status}); see {}\n{stdout}", log.display());
+    let before = before.with_context(|| format!("the {name} peer printed no `draining` line\n{stdout}"))?;
     let line = stdout
         .lines()
         .rev()
@@ -38,14 +54,15 @@ async fn run_peer(name: &str, command: &mut Command, log: &Path) -> anyhow::Resu
         .with_context(|| format!("the {name} peer printed no `drained` line; see {}\n{stdout}", log.display()))?;
     let words: Vec<&str> = line.split_whitespace().collect();
     let (tasks, secs): (u64, f64) = (words[1].parse()?, words[4].parse()?);
-    Ok(Drain { tasks, secs, cpu: None })
+    let cpu = crate::cpu::split(&before, &after, &std::collections::HashSet::new(), subject);
+    Ok(Drain { tasks, secs, cpu: Some(cpu) })
 }
 
 impl Peers {
     pub async fn graphile(&self, url: &str, jobs: u64, expected: u64) -> anyhow::Result<Drain> {
         let mut c = Command::new("node");
         c.current_dir(&self.node_dir).arg("graphile.mjs").arg(url).arg(jobs.to_string()).arg("32").arg("500");
-        let d = run_peer("graphile-worker", &mut c, &self.workdir.join("graphile.log")).await?;
+        let d = run_peer("graphile-worker", "node", &mut c, &self.workdir.join("graphile.log")).await?;
         ensure!(d.tasks == expected, "graphile-worker drained {} of {expected} jobs", d.tasks);
         Ok(d)
     }
@@ -53,7 +70,7 @@ impl Peers {
     pub async fn pgboss(&self, url: &str, jobs: u64) -> anyhow::Result<Drain> {
         let mut c = Command::new("node");
         c.current_dir(&self.node_dir).arg("pgboss.mjs").arg(url).arg(jobs.to_string()).arg("4").arg("500");
-        let d = run_peer("pg-boss", &mut c, &self.workdir.join("pgboss.log")).await?;
+        let d = run_peer("pg-boss", "node", &mut c, &self.workdir.join("pgboss.log")).await?;
         ensure!(d.tasks == jobs, "pg-boss drained {} of {jobs} jobs", d.tasks);
         Ok(d)
     }
@@ -61,7 +78,7 @@ impl Peers {
     pub async fn apalis(&self, url: &str, jobs: u64) -> anyhow::Result<Drain> {
         let mut c = Command::new(&self.apalis);
         c.arg(url).arg(jobs.to_string()).arg("100").arg("64");
-        let d = run_peer("apalis-postgres", &mut c, &self.workdir.join("apalis.log")).await?;
+        let d = run_peer("apalis-postgres", "apalis-bench", &mut c, &self.workdir.join("apalis.log")).await?;
         ensure!(d.tasks >= jobs, "apalis drained {} of {jobs} jobs", d.tasks);
         Ok(d)
     }

@@ -171,12 +171,12 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
         f.pgbench,
         "tasks",
     );
-    let cpu = |t: &mut String, what: &str, d: Option<Drain>, subject: &str| {
+    let cpu = |t: &mut String, unit: &str, what: &str, d: Option<Drain>, subject: &str| {
         if let Some((d, c)) = d.and_then(|d| d.cpu.map(|c| (d, c))) {
             let per = |secs: f64| secs * 1000.0 / d.tasks.max(1) as f64;
             let _ = writeln!(
                 t,
-                "| CPU per task, {what} ({:.0} CPU-s in {:.0} s) | PostgreSQL {:.3} ms, {subject} {:.3} ms, harness and stand-ins {:.3} ms, other processes {:.3} ms | — |",
+                "| CPU per {unit}, {what} ({:.1} CPU-s in {:.1} s) | PostgreSQL {:.3} ms, {subject} {:.3} ms, harness and stand-ins {:.3} ms, other processes {:.3} ms | — |",
                 c.total(),
                 d.secs,
                 per(c.postgres),
@@ -186,9 +186,18 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
             );
         }
     };
-    cpu(&mut t, "Herald's empty-table drain", f.drain, "`herald worker`");
-    cpu(&mut t, &format!("the drain with {} finished tasks", history_label(plan)), f.drain_history, "`herald worker`");
-    cpu(&mut t, "pgbench of Herald's SQL", f.pgbench, "pgbench");
+    cpu(&mut t, "task", "Herald's empty-table drain", f.drain, "`herald worker`");
+    cpu(
+        &mut t,
+        "task",
+        &format!("the drain with {} finished tasks", history_label(plan)),
+        f.drain_history,
+        "`herald worker`",
+    );
+    cpu(&mut t, "task", "pgbench of Herald's SQL", f.pgbench, "pgbench");
+    cpu(&mut t, "job", "graphile-worker's drain", f.graphile, "node");
+    cpu(&mut t, "job", "pg-boss's drain", f.pgboss, "node");
+    cpu(&mut t, "job", "apalis-postgres's drain", f.apalis, "`apalis-bench`");
     let wal_row = |t: &mut String, what: &str, used: Option<&wal::Use>, d: Option<Drain>| {
         if let (Some(used), Some(d)) = (used, d) {
             let per = d.tasks.max(1) as f64;
@@ -456,9 +465,12 @@ pub fn benchmarks_md(plan: &Plan, m: &Machine, f: &Figures) -> String {
          batch's write in one transaction, then one batched fenced finish) over {ptasks} PENDING tasks in \
          Herald's schema, {pclients} clients for {psecs} s: the database's limit for this shape of work, with \
          no Rust, HTTP or stand-in in the way.\n\
-         * **CPU per task**: user + system time from `/proc/PID/stat` over the phase, by process: PostgreSQL \
-         (every `postgres` process, and through the postmaster the backends that ended within the phase), the \
-         subject (`herald worker`, or pgbench), this harness with its in-process stand-ins, everything else.\n\
+         * **CPU per task** (per job for the peers): user + system time from `/proc/PID/stat` over the phase, \
+         by process: PostgreSQL (every `postgres` process, and through the postmaster the backends that ended \
+         within the phase), the subject (`herald worker`, pgbench, or the peer's program: `node`, \
+         `apalis-bench`), this harness with its in-process stand-ins, everything else. A peer's phase runs \
+         from the moment it says its clock starts (`draining`, after its jobs are inserted) to its exit; its \
+         own polling of the job count is in it.\n\
          * **WAL per delivery**: the distance between the server's WAL insert positions at a drain's start and \
          end (the whole server's WAL, this run being the only writer), and from `pg_walinspect` how much of it \
          were full-page images; the harness prints the split by kind (heap, B-tree) too.\n",

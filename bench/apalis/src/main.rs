@@ -1,5 +1,6 @@
 //! The apalis-postgres peer of `scripts/bench.sh`: pushes N no-op jobs into its own database, then drains
-//! them with one worker and prints `drained N jobs in S s` (a line `herald-bench` reads).
+//! them with one worker; prints `draining` when the clock starts and `drained N jobs in S s` at the end
+//! (the lines `herald-bench` reads).
 //!
 //!   apalis-bench DATABASE_URL JOBS BATCH CONCURRENCY
 
@@ -37,6 +38,8 @@ async fn main() -> Result<(), BoxDynError> {
         .concurrency(concurrency)
         .parallelize(tokio::spawn)
         .build(noop);
+    // herald-bench measures the CPU from this line on.
+    println!("draining");
     let started = Instant::now();
     let done = Arc::new(AtomicUsize::new(0));
     let deadline = started + Duration::from_secs(600);
