@@ -2,6 +2,7 @@
 //! user-token keys, the token it prints checked by the API's own verifier.
 
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use herald_app::api::auth::{UserTokenError, UserTokenKey};
@@ -15,8 +16,12 @@ fn key(id: &str, secret: &str) -> UserTokenKey {
     UserTokenKey { id: id.to_owned(), secret: SecretString::from(secret) }
 }
 
+/// Runs `herald token user ARGS` with a configuration of its own: a directory per call, since the tests
+/// of this file run at once and a file rewritten while another call's process reads it is read empty.
 fn herald_token(args: &[&str]) -> Output {
-    let dir = std::env::temp_dir().join(format!("herald-token-cli-{}", std::process::id()));
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("herald-token-cli-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("k1.secret"), format!("{K1}\n")).unwrap();
     let config = dir.join("herald.toml");
@@ -60,6 +65,7 @@ fn token_user_signs_with_the_first_key_and_expires_after_its_ttl() {
 
     // Without --ttl: the documented default, a day.
     let out = herald_token(&["bob"]);
+    assert!(out.status.success(), "{out:?}");
     let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let expires: u64 = token.split('.').nth(3).unwrap().parse().unwrap();
     assert!((before + 86_400..=now() + 86_400).contains(&expires), "a day from now: {expires}");
