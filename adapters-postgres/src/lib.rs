@@ -14,7 +14,8 @@
 //! * `transition` — the two writes the claim and the manual resolution share;
 //! * `create`, `claim`, `finish`, `resolve`, `read` — the write paths; `views` — the read models;
 //! * `store` — [`PgStore`] and its `NotificationStore` implementation, delegating to the above;
-//! * `prefs` — the `PreferenceStore` implementation; `negative` — the test-only unsafe variants.
+//! * `prefs` — the `PreferenceStore` implementation; `sessions` — the `SessionStore` implementation (the
+//!   console's sessions and sign-in links); `negative` — the test-only unsafe variants.
 
 mod claim;
 mod clock;
@@ -27,6 +28,7 @@ mod prefs;
 mod read;
 mod resolve;
 mod rows;
+mod sessions;
 mod store;
 mod test_send;
 mod transition;

@@ -20,6 +20,7 @@ pub mod ids;
 pub mod quota;
 pub mod resolve;
 pub mod retry;
+pub mod session;
 pub mod submission;
 pub mod task;
 pub mod time;
@@ -38,5 +39,6 @@ pub use ids::{
 pub use quota::{decide_test_send, TestSendQuota};
 pub use resolve::{manual_decision, resolve_manually, resolve_manually_at, FinalState, NotParked};
 pub use retry::{Jitter, RetryPolicy};
+pub use session::{judge_session, session_end, SessionEnd, SessionPolicy, SessionTimes, SessionVerdict};
 pub use task::{Action, Observation, Outcome, TaskSnapshot, TaskState, Transition};
 pub use time::{Millis, Timestamp};

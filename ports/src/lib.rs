@@ -9,12 +9,14 @@ pub mod channel;
 pub mod cipher;
 pub mod clock;
 pub mod prefs;
+pub mod sessions;
 pub mod store;
 
 pub use channel::{Channel, ChannelRegistry, OutboundMessage};
 pub use cipher::{CipherError, DestinationCipher};
 pub use clock::Clock;
 pub use prefs::{ChannelPref, PreferenceStore, StoredDestination};
+pub use sessions::{Credential, NewSession, NewSignInLink, SessionOwner, SessionRole, SessionStore, StoredSession};
 pub use store::{
     AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, Deferred, EgressSlot, FinishRecord,
     FinishResult, InboxChannel, InboxCursor, InboxItem, MarkRead, Merged, NewNotification, NotificationStore,
