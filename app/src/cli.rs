@@ -51,9 +51,12 @@ pub enum Command {
     /// Destination encryption keys.
     #[command(subcommand)]
     Keys(KeysCommand),
-    /// Bearer tokens.
+    /// Bearer tokens and one-time sign-in links.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// The console's sessions.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
 }
 
 /// `herald init`.
@@ -152,6 +155,35 @@ pub enum TokenCommand {
         #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_ttl)]
         ttl: std::time::Duration,
     },
+    /// Print a one-time link that signs one user in to the console: it works once, within
+    /// `console.sign_in_link_minutes` (default 15), and carries no token. Needs the database.
+    Link {
+        /// ASCII letters, digits and . _ - @ : + (1 to 128 characters).
+        #[arg(value_name = "USER_ID", value_parser = parse_user_id)]
+        user_id: String,
+        /// The installation's address, put before the link's path (e.g. https://herald.example.org).
+        #[arg(long, value_name = "URL", default_value = "")]
+        base_url: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List the console sessions that have not ended, newest first.
+    List {
+        /// Only this user's.
+        #[arg(long, value_name = "USER_ID", value_parser = parse_user_id)]
+        user: Option<String>,
+    },
+    /// End console sessions at once: their cookies open nothing any more.
+    End {
+        /// Every session of this user.
+        #[arg(long, value_name = "USER_ID", value_parser = parse_user_id, conflicts_with = "all", required_unless_present = "all")]
+        user: Option<String>,
+        /// Every session, operators' and users'.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 /// `USER_ID`: the user-id rule of the domain (`herald_domain::check_user_id`); clap names the argument.
@@ -242,6 +274,30 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let auth = config.require_auth("token user")?;
             let authenticator = auth.authenticator();
             println!("{}", authenticator.user_token_for(&user_id, ttl).expose_secret());
+            Ok(())
+        }
+        Command::Token(TokenCommand::Link { user_id, base_url }) => {
+            let services = store_services(&config, "token link").await?;
+            let link = crate::sessions::create_link(&services, &UserId::new(user_id), config.console.link_ttl)
+                .await
+                .context("cannot store the sign-in link")?;
+            println!("{}{}", base_url.trim_end_matches('/'), link.path());
+            Ok(())
+        }
+        Command::Sessions(SessionsCommand::List { user }) => {
+            let services = store_services(&config, "sessions list").await?;
+            let owner =
+                user.map_or(herald_ports::SessionOwner::All, |u| herald_ports::SessionOwner::User(UserId::new(u)));
+            let list = services.sessions.sessions_of(&owner).await.context("cannot list sessions")?;
+            print!("{}", sessions_table(&list));
+            Ok(())
+        }
+        Command::Sessions(SessionsCommand::End { user, all: _ }) => {
+            let services = store_services(&config, "sessions end").await?;
+            let owner =
+                user.map_or(herald_ports::SessionOwner::All, |u| herald_ports::SessionOwner::User(UserId::new(u)));
+            let ended = crate::sessions::end_all(&services, &owner).await.context("cannot end sessions")?;
+            println!("{ended} session(s) ended");
             Ok(())
         }
         Command::Migrate => {
@@ -345,6 +401,29 @@ impl herald_ports::DestinationCipher for NoKeys {
     }
 }
 
+/// Open sessions as a table, one line each: who, how they signed in, when, and when it ends at the latest.
+fn sessions_table(list: &[herald_ports::StoredSession]) -> String {
+    use herald_ports::{Credential, SessionRole};
+    if list.is_empty() {
+        return "no open console session\n".into();
+    }
+    let at = |t| crate::api::model::rfc3339(t);
+    let mut out = String::from("WHO\tSIGNED IN WITH\tSIGNED IN\tLAST ACTIVE\tENDS\n");
+    for s in list {
+        let who = match &s.role {
+            SessionRole::Operator => "operator".to_owned(),
+            SessionRole::User(user) => format!("user {user}"),
+        };
+        let how = match s.credential {
+            Credential::AdminToken { .. } => "admin token",
+            Credential::UserToken { .. } => "user token",
+            Credential::SignInLink { .. } => "sign-in link",
+        };
+        out.push_str(&format!("{who}\t{how}\t{}\t{}\t{}\n", at(s.created_at), at(s.last_seen_at), at(s.expires_at)));
+    }
+    out
+}
+
 fn outcomes(task: &TaskView) -> String {
     let list: Vec<&str> = task.attempts.iter().map(|a| a.outcome.map_or("…", |o| o.as_str())).collect();
     format!("[{}]", list.join(", "))
@@ -432,6 +511,11 @@ mod tests {
         let Command::Demo(demo) = cli.command else { panic!("wrong command") };
         assert_eq!(demo.args, ["--exit", "--help"]);
         assert!(parse(&["token", "user", "alice"]).is_ok());
+        assert!(parse(&["token", "link", "alice", "--base-url", "https://h.example.org"]).is_ok());
+        assert!(parse(&["sessions", "end", "--user", "alice"]).is_ok());
+        assert!(parse(&["sessions", "end", "--all"]).is_ok());
+        assert!(parse(&["sessions", "end"]).is_err(), "ending sessions names whose");
+        assert!(parse(&["sessions", "end", "--all", "--user", "alice"]).is_err());
         assert!(parse(&["--config", "x.toml", "serve"]).is_ok());
     }
 }

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use herald_domain::{ChannelName, Millis};
-use herald_ports::{ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore};
+use herald_ports::{
+    ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore, SessionStore,
+};
 use herald_postgres::PgStore;
 use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::ExposeSecret as _;
@@ -29,6 +31,8 @@ use crate::worker::{Worker, WorkerConfig};
 pub struct Services {
     pub store: Arc<dyn NotificationStore>,
     pub prefs: Arc<dyn PreferenceStore>,
+    /// The console's sessions and sign-in links.
+    pub sessions: Arc<dyn SessionStore>,
     pub registry: Arc<dyn ChannelRegistry>,
     pub cipher: Arc<dyn DestinationCipher>,
     pub clock: Arc<dyn Clock>,
@@ -39,7 +43,7 @@ pub struct Services {
 }
 
 impl Services {
-    /// Services over a store that is both the notification and the preference store (PostgreSQL), a
+    /// Services over a store that is the notification, the preference and the session store (PostgreSQL), a
     /// registry, a cipher and a clock. The channel table is the registry's, in its order.
     pub fn over<S>(
         store: Arc<S>,
@@ -48,12 +52,13 @@ impl Services {
         clock: Arc<dyn Clock>,
     ) -> Services
     where
-        S: NotificationStore + PreferenceStore + 'static,
+        S: NotificationStore + PreferenceStore + SessionStore + 'static,
     {
         let channels = channel_table(registry.as_ref());
         Services {
             store: store.clone(),
-            prefs: store,
+            prefs: store.clone(),
+            sessions: store,
             registry,
             cipher,
             clock,
@@ -113,7 +118,8 @@ impl Services {
         let store = Arc::new(store);
         Services {
             store: store.clone(),
-            prefs: store,
+            prefs: store.clone(),
+            sessions: store,
             registry: Arc::clone(&self.registry),
             cipher: Arc::clone(&self.cipher),
             clock,
@@ -157,10 +163,12 @@ impl Services {
         ApiState {
             store: Arc::clone(&self.store),
             prefs: Arc::clone(&self.prefs),
+            sessions: Arc::clone(&self.sessions),
             registry: Arc::clone(&self.registry),
             cipher: Arc::clone(&self.cipher),
             clock: Arc::clone(&self.clock),
             auth,
+            console: crate::api::ConsoleSettings::default(),
             channels: Arc::clone(&self.channels),
             test_send_quota: self.test_send_quota,
             readiness,

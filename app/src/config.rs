@@ -98,14 +98,19 @@ pub struct DatabaseConfig {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub body_limit_bytes: usize,
-    /// The bounds every client is held to (timeouts, concurrency, rate per token).
+    /// The bounds every client is held to (timeouts, budgets, rates, failed sign-ins).
     pub limits: crate::api::limits::Limits,
+    /// `server.https`: clients reach the installation over https (a TLS-terminating proxy in front): the
+    /// console's session cookie is `Secure` with the `__Host-` prefix, and answers carry HSTS.
+    pub https: bool,
 }
 
 #[derive(Debug)]
 pub struct AuthConfig {
     pub service_tokens: Vec<SecretString>,
     pub admin_tokens: Vec<SecretString>,
+    /// Tokens that may only scrape `/metrics` on the API listener (admin tokens may too).
+    pub metrics_tokens: Vec<SecretString>,
     /// `auth.user_token_keys` in order (the first signs user tokens, all verify), or the one key of
     /// `auth.user_token_secret` under the id `default`.
     pub user_token_keys: Vec<crate::api::auth::UserTokenKey>,
@@ -130,6 +135,7 @@ impl AuthConfig {
             &self.admin_tokens,
             self.user_token_keys.clone(),
         )
+        .with_metrics_tokens(&self.metrics_tokens)
     }
 }
 
@@ -192,6 +198,8 @@ pub struct Config {
     pub log: LogConfig,
     /// `[test_send]`: test sends per (user, channel) — `per_minute` (default 1), `per_day` (default 10).
     pub test_send: herald_domain::TestSendQuota,
+    /// `[console]`: session lifetime and idle timeout, sign-in link lifetime.
+    pub console: crate::sessions::SessionSettings,
 }
 
 impl Config {
@@ -275,6 +283,21 @@ struct RawServer {
     max_in_flight: Option<usize>,
     rate_per_second: Option<u32>,
     rate_burst: Option<u32>,
+    anonymous_max_in_flight: Option<usize>,
+    anonymous_rate_per_second: Option<u32>,
+    anonymous_rate_burst: Option<u32>,
+    failed_auth_burst: Option<u32>,
+    failed_auth_per_minute: Option<u32>,
+    forwarded_for: Option<bool>,
+    https: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConsole {
+    session_hours: Option<u64>,
+    session_idle_minutes: Option<u64>,
+    sign_in_link_minutes: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -284,6 +307,8 @@ struct RawAuth {
     service_tokens_file: Option<PathBuf>,
     admin_tokens: Option<Vec<String>>,
     admin_tokens_file: Option<PathBuf>,
+    metrics_tokens: Option<Vec<String>>,
+    metrics_tokens_file: Option<PathBuf>,
     user_token_secret: Option<String>,
     user_token_secret_file: Option<PathBuf>,
     user_token_keys: Option<Vec<RawUserKey>>,
@@ -334,6 +359,8 @@ struct RawConfig {
     log: RawLog,
     #[serde(default)]
     test_send: RawTestSend,
+    #[serde(default)]
+    console: RawConsole,
 }
 
 #[derive(Deserialize, Default)]
@@ -409,9 +436,19 @@ impl RawAuth {
     fn resolve(self, base: &Path) -> Result<AuthConfig> {
         let service_tokens = tokens("service_tokens", self.service_tokens, self.service_tokens_file.as_deref(), base)?;
         let admin_tokens = tokens("admin_tokens", self.admin_tokens, self.admin_tokens_file.as_deref(), base)?;
+        let metrics_tokens = tokens("metrics_tokens", self.metrics_tokens, self.metrics_tokens_file.as_deref(), base)?;
         let both = service_tokens.iter().any(|s| admin_tokens.iter().any(|a| a.expose_secret() == s.expose_secret()));
         if both {
             return Err(ConfigError::new("auth.admin_tokens", "a token is also listed in auth.service_tokens"));
+        }
+        let shared = metrics_tokens.iter().any(|m| {
+            service_tokens.iter().chain(&admin_tokens).any(|other| other.expose_secret() == m.expose_secret())
+        });
+        if shared {
+            return Err(ConfigError::new(
+                "auth.metrics_tokens",
+                "a token is also listed as a service or admin token (admin tokens may scrape already)",
+            ));
         }
         let legacy =
             secret("auth", "user_token_secret", self.user_token_secret, self.user_token_secret_file.as_deref(), base)?;
@@ -439,7 +476,7 @@ impl RawAuth {
                 ))
             }
         };
-        Ok(AuthConfig { service_tokens, admin_tokens, user_token_keys })
+        Ok(AuthConfig { service_tokens, admin_tokens, metrics_tokens, user_token_keys })
     }
 }
 
@@ -583,8 +620,47 @@ impl RawConfig {
                 1_000_000,
             )?,
             rate_burst: in_range("server.rate_burst", s.rate_burst.unwrap_or(defaults.rate_burst), 1, 1_000_000)?,
+            anonymous_max_in_flight: 0,
+            anonymous_rate_per_second: in_range(
+                "server.anonymous_rate_per_second",
+                s.anonymous_rate_per_second.unwrap_or(defaults.anonymous_rate_per_second),
+                1,
+                1_000_000,
+            )?,
+            anonymous_rate_burst: in_range(
+                "server.anonymous_rate_burst",
+                s.anonymous_rate_burst.unwrap_or(defaults.anonymous_rate_burst),
+                1,
+                1_000_000,
+            )?,
+            failed_auth_burst: in_range(
+                "server.failed_auth_burst",
+                s.failed_auth_burst.unwrap_or(defaults.failed_auth_burst),
+                1,
+                1_000_000,
+            )?,
+            failed_auth_per_minute: in_range(
+                "server.failed_auth_per_minute",
+                s.failed_auth_per_minute.unwrap_or(defaults.failed_auth_per_minute),
+                1,
+                1_000_000,
+            )?,
+            forwarded_for: s.forwarded_for.unwrap_or(defaults.forwarded_for),
         };
-        let server = ServerConfig { listen, body_limit_bytes, limits };
+        // Anonymous requests get the smaller budget: an eighth of the authenticated one unless set.
+        let limits = crate::api::limits::Limits {
+            anonymous_max_in_flight: match s.anonymous_max_in_flight {
+                Some(n) => in_range("server.anonymous_max_in_flight", n, 1, limits.max_in_flight).map_err(|_| {
+                    ConfigError::new(
+                        "server.anonymous_max_in_flight",
+                        "must be between 1 and server.max_in_flight: anonymous requests get the smaller budget",
+                    )
+                })?,
+                None => crate::api::limits::anonymous_budget(limits.max_in_flight),
+            },
+            ..limits
+        };
+        let server = ServerConfig { listen, body_limit_bytes, limits, https: s.https.unwrap_or(false) };
 
         let auth = self.auth.map(|auth| auth.resolve(base)).transpose()?;
         let keys = self.keys.map(|keys| resolve_keys(keys, base)).transpose()?;
@@ -664,7 +740,19 @@ impl RawConfig {
             return Err(ConfigError::new("test_send.per_day", "must be at least test_send.per_minute"));
         }
         let test_send = herald_domain::TestSendQuota { per_minute, per_day };
-        Ok(Config { database, server, auth, keys, worker, channels, log, test_send })
+
+        let c = self.console;
+        let hours = in_range("console.session_hours", c.session_hours.unwrap_or(8), 1, 24 * 30)?;
+        let idle = in_range("console.session_idle_minutes", c.session_idle_minutes.unwrap_or(60), 1, 24 * 60)?;
+        let link = in_range("console.sign_in_link_minutes", c.sign_in_link_minutes.unwrap_or(15), 1, 7 * 24 * 60)?;
+        let console = crate::sessions::SessionSettings {
+            policy: herald_domain::SessionPolicy {
+                lifetime: herald_domain::Millis(hours * 3_600_000),
+                idle: herald_domain::Millis(idle * 60_000),
+            },
+            link_ttl: herald_domain::Millis(link * 60_000),
+        };
+        Ok(Config { database, server, auth, keys, worker, channels, log, test_send, console })
     }
 }
 

@@ -10,6 +10,7 @@ pub mod finisher;
 pub mod init;
 pub mod metrics;
 pub mod service;
+pub mod sessions;
 pub mod usecases;
 pub mod wakeups;
 pub mod worker;

@@ -167,12 +167,10 @@ pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Res
     };
     let result = if let (Some(auth), Some(api_store)) = (authenticator, api_store) {
         let readiness = api::CachedReadiness::new(PgReadiness(api_store.clone()), api::READINESS_TTL);
-        let state = services.on_store(api_store).api_state(
-            Arc::new(auth),
-            Arc::new(readiness),
-            Some(metrics),
-            config.server.body_limit_bytes,
-        );
+        let state = services
+            .on_store(api_store)
+            .api_state(Arc::new(auth), Arc::new(readiness), Some(metrics), config.server.body_limit_bytes)
+            .with_console(api::ConsoleSettings { sessions: config.console, https: config.server.https });
         let listener = api_listener.context("the API listener is bound when the API runs")?;
         tracing::info!(listen = %config.server.listen, "API listening");
         let limits = config.server.limits;

@@ -200,23 +200,99 @@ pub async fn user_channels(
     Ok(out)
 }
 
-/// Sets a user's switch and, when given, a new destination (encrypted here; the same destination again
-/// keeps the stored ciphertext and its verification).
+/// The longest destination stored (an address, a number, a channel code, a Web Push subscription).
+pub const MAX_DESTINATION_CHARS: usize = 1024;
+
+/// What the channel says of a stored Web Push subscription the push service called gone.
+pub const SUBSCRIPTION_EXPIRED: &str = "subscription expired";
+
+/// Why a preference was not set. Nothing was written in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum PreferenceError {
+    #[error("the channel is not configured")]
+    UnknownChannel,
+    /// The destination given cannot be one of this channel's. The reason never repeats it.
+    #[error("destination {0}")]
+    InvalidDestination(String),
+    /// Enabling needs a destination and none is stored: a refusal that depends on what is stored, not on
+    /// the request alone.
+    #[error("a destination is required to enable a channel that has none stored")]
+    NoDestination,
+    /// Enabling a channel whose stored Web Push subscription the push service said is gone (404/410):
+    /// switching it on again would only fail, the browser must subscribe again.
+    #[error("the stored subscription expired; the browser must subscribe again")]
+    SubscriptionExpired,
+    #[error("the destination could not be encrypted")]
+    Encryption,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A preference as stored, with what the channel knows of its destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreferenceSet {
+    pub pref: ChannelPref,
+    /// The push service said the stored subscription is gone: the channel stays off until a new one.
+    pub subscription_expired: bool,
+}
+
+/// Checks a destination a person typed or sent for `channel`, before anything is stored: not empty, not
+/// too long, no control character, and the channel kind's own rule (an e-mail address, a Web Push
+/// subscription whose endpoint passes the egress guard, …).
 ///
 /// # Errors
-/// Unknown channel, enabling without a destination, or a store failure.
+/// A short reason that never repeats the destination.
+pub fn check_destination(
+    services: &Services,
+    channel: &ChannelName,
+    destination: &secrecy::SecretString,
+) -> Result<(), String> {
+    use secrecy::ExposeSecret as _;
+    let text = destination.expose_secret();
+    if text.trim().is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    if text.chars().count() > MAX_DESTINATION_CHARS {
+        return Err(format!("must be at most {MAX_DESTINATION_CHARS} characters"));
+    }
+    if text.chars().any(char::is_control) {
+        // No address, number or channel code has one; a stray one would only fail at the channel.
+        return Err("must not contain control characters".to_owned());
+    }
+    let Some(rules) = services.channels.get(channel) else { return Ok(()) };
+    herald_channels::kinds::check_destination(rules.contract.kind, text).map_err(str::to_owned)
+}
+
+/// Sets a user's switch and, when given, a new destination — the one path of the API, the console and
+/// the command line. The destination is checked ([`check_destination`]) and encrypted here; the same
+/// destination again keeps the stored ciphertext, and with it a verification or a pending test
+/// confirmation (encryption uses a fresh nonce, so new bytes would look like a change). A stored value
+/// that cannot be decrypted (its key is gone) counts as different, so the new one replaces it.
+///
+/// # Errors
+/// Unknown channel, an invalid destination, enabling without a stored destination or with an expired
+/// subscription, or a store failure. Nothing is written when it fails.
 pub async fn set_preference(
     services: &Services,
     user: &UserId,
     channel: &ChannelName,
     enabled: bool,
     destination: Option<&secrecy::SecretString>,
-) -> Result<ChannelPref, TestSendError> {
+) -> Result<PreferenceSet, PreferenceError> {
     use secrecy::ExposeSecret as _;
-    adapter(services, channel)?;
+    let rules = services.channels.get(channel).ok_or(PreferenceError::UnknownChannel)?;
+    let webpush = rules.contract.kind == herald_domain::ChannelKind::Webpush;
+    if let Some(destination) = destination {
+        check_destination(services, channel, destination).map_err(PreferenceError::InvalidDestination)?;
+    }
     let stored = services.prefs.destination(user, channel).await?;
-    if enabled && destination.is_none() && stored.is_none() {
-        return Err(TestSendError::NoDestination);
+    if enabled && destination.is_none() {
+        if stored.is_none() {
+            return Err(PreferenceError::NoDestination);
+        }
+        if webpush && services.prefs.destination_expired(user, channel).await? {
+            return Err(PreferenceError::SubscriptionExpired);
+        }
     }
     let ciphertext = match destination {
         Some(new) => {
@@ -231,13 +307,15 @@ pub async fn set_preference(
             } else {
                 Some(services.cipher.encrypt(user, channel, new).map_err(|error| {
                     tracing::error!(%error, "destination could not be encrypted");
-                    TestSendError::Undecryptable
+                    PreferenceError::Encryption
                 })?)
             }
         }
         None => None,
     };
-    Ok(services.prefs.put(user, channel, enabled, ciphertext).await?)
+    let pref = services.prefs.put(user, channel, enabled, ciphertext).await?;
+    let subscription_expired = webpush && services.prefs.destination_expired(user, channel).await?;
+    Ok(PreferenceSet { pref, subscription_expired })
 }
 
 /// What a test prompt proved.

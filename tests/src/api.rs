@@ -154,23 +154,44 @@ impl Api {
         Self::start_with(world, api::DEFAULT_BODY_LIMIT, quota, api::limits::Limits::default()).await
     }
 
+    /// The authenticator of [`Api::start`]: [`SERVICE_TOKEN`], [`ADMIN_TOKEN`] and the test user-token key.
+    #[must_use]
+    pub fn default_auth() -> Authenticator {
+        Authenticator::new(
+            &[SecretString::from(SERVICE_TOKEN)],
+            &[SecretString::from(ADMIN_TOKEN)],
+            SecretString::from(USER_TOKEN_SECRET),
+        )
+    }
+
     async fn start_with(
         world: &World,
         body_limit: usize,
         quota: TestSendQuota,
         limits: api::limits::Limits,
     ) -> anyhow::Result<Api> {
-        let auth = Arc::new(Authenticator::new(
-            &[SecretString::from(SERVICE_TOKEN)],
-            &[SecretString::from(ADMIN_TOKEN)],
-            SecretString::from(USER_TOKEN_SECRET),
-        ));
-        let state = world.services().with_test_send_quota(quota).api_state(
-            auth.clone(),
-            Arc::new(PgReadiness(world.db.store.clone())),
-            Some(metrics_handle()),
-            body_limit,
-        );
+        let config = Self::default_auth();
+        Self::start_configured(world, config, api::ConsoleSettings::default(), limits, (body_limit, quota)).await
+    }
+
+    /// As [`Api::start`], with this authenticator (another process's configuration over the same database),
+    /// these console settings and these limits.
+    ///
+    /// # Errors
+    /// When no port can be bound.
+    pub async fn start_configured(
+        world: &World,
+        auth: Authenticator,
+        console: api::ConsoleSettings,
+        limits: api::limits::Limits,
+        (body_limit, quota): (usize, TestSendQuota),
+    ) -> anyhow::Result<Api> {
+        let auth = Arc::new(auth);
+        let state = world
+            .services()
+            .with_test_send_quota(quota)
+            .api_state(auth.clone(), Arc::new(PgReadiness(world.db.store.clone())), Some(metrics_handle()), body_limit)
+            .with_console(console);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -199,6 +220,17 @@ impl Api {
     #[must_use]
     pub fn user_token_until(&self, user: &str, expires: u64) -> String {
         self.auth.user_token_until(user, expires).expose_secret().to_owned()
+    }
+
+    /// A one-time console sign-in link of `user` (its path and query), made through the API as a business
+    /// service would.
+    ///
+    /// # Panics
+    /// When the API refuses.
+    pub async fn sign_in_link(&self, user: &str) -> String {
+        let answer =
+            self.call(Method::POST, &format!("/v1/users/{user}/sign-in-links"), Some(SERVICE_TOKEN), None).await;
+        answer.ok(StatusCode::CREATED)["path"].as_str().expect("a path").to_owned()
     }
 
     /// A request with an optional bearer token and an optional JSON body.

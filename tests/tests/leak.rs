@@ -192,10 +192,12 @@ async fn a_planted_destination_appears_in_no_log_error_response_or_row() -> anyh
     let state = ApiState {
         store: world.store.clone(),
         prefs: world.store.clone(),
+        sessions: world.store.clone(),
         registry: world.registry.clone(),
         cipher: world.cipher.clone(),
         clock: world.clock.clone(),
         auth: Arc::new(auth),
+        console: herald_app::api::ConsoleSettings::default(),
         channels: Arc::new(table),
         // The quota is not what this test is about (it/test_send.rs proves it): no press is refused by it.
         test_send_quota: herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 },
@@ -453,10 +455,12 @@ async fn planted_email_and_webpush_destinations_appear_in_no_log_error_response_
     let state = ApiState {
         store: world.store.clone(),
         prefs: world.store.clone(),
+        sessions: world.store.clone(),
         registry: world.registry.clone(),
         cipher: world.cipher.clone(),
         clock: world.clock.clone(),
         auth: Arc::new(auth),
+        console: herald_app::api::ConsoleSettings::default(),
         channels: Arc::new(world.table()),
         test_send_quota: herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 },
         readiness: Arc::new(ClockReadiness(world.clock.clone())),

@@ -28,7 +28,7 @@ use herald_channels::cipher::Keyring;
 use herald_channels::config::{ChannelConfig, ConfigSecret, SmtpTls};
 use herald_channels::kinds::webpush::VapidKey;
 use herald_channels::registry::HttpChannelRegistry;
-use herald_domain::{ChannelKind, Millis};
+use herald_domain::{ChannelKind, Millis, UserId};
 use herald_ports::Clock;
 use herald_standin::{Kind, Script, SmtpStandIn, StandIn, WebPushService};
 use secrecy::{ExposeSecret, SecretString};
@@ -417,7 +417,27 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
         webpush_payloads: webpush.payloads(),
     };
     print_summary(&report);
-    print_next_steps(&options, &report, &parked, &base, &service_token, &admin_token, &auth, (&db_url, showable));
+    // The user's console link is one-time (and short-lived): made now, for the run that stays up.
+    let link = if options.exit {
+        String::new()
+    } else {
+        let link = herald_app::sessions::create_link(
+            &services,
+            &UserId::new(scenario::user(1)),
+            herald_app::sessions::DEFAULT_LINK_TTL,
+        )
+        .await?;
+        format!("{base}{}", link.path())
+    };
+    print_next_steps(
+        &options,
+        &report,
+        &parked,
+        &base,
+        (&service_token, &admin_token, &auth),
+        &link,
+        (&db_url, showable),
+    );
     if !options.exit {
         print_walkthrough_lines(&server_url)?;
     }
@@ -550,9 +570,8 @@ fn print_next_steps(
     report: &DemoReport,
     parked: &[herald_ports::TaskView],
     base: &str,
-    service_token: &str,
-    admin_token: &str,
-    auth: &Authenticator,
+    (service_token, admin_token, auth): (&str, &str, &Authenticator),
+    link: &str,
     (db_url, showable): (&str, bool),
 ) {
     let herald = &options.herald;
@@ -605,7 +624,7 @@ fn print_next_steps(
     println!("  curl -s {base}/metrics");
     println!("\nOpen the console (while the demo runs):");
     println!("  operator:  {base}/console/login    (sign in with the admin token {admin_token})");
-    println!("  user {user}: {base}/console/login/user?token={}", auth.user_token(&user).expose_secret());
+    println!("  user {user}: {link}    (a one-time link: it signs in once, within 15 minutes)");
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use herald_domain::Timestamp;
+use herald_ports::Credential;
 use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
@@ -77,6 +79,8 @@ pub fn valid_key_id(id: &str) -> bool {
 pub struct Authenticator {
     service: Vec<[u8; 32]>,
     admin: Vec<[u8; 32]>,
+    /// Tokens that may scrape `/metrics` and nothing else.
+    metrics: Vec<[u8; 32]>,
     /// The first signs; all verify.
     user_keys: Vec<UserTokenKey>,
 }
@@ -86,6 +90,7 @@ impl std::fmt::Debug for Authenticator {
         f.debug_struct("Authenticator")
             .field("service_tokens", &self.service.len())
             .field("admin_tokens", &self.admin.len())
+            .field("metrics_tokens", &self.metrics.len())
             .field("user_token_keys", &self.user_keys.iter().map(|k| k.id.as_str()).collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -131,7 +136,21 @@ impl Authenticator {
     ) -> Self {
         assert!(!user_keys.is_empty(), "at least one user-token key");
         let hash = |tokens: &[SecretString]| tokens.iter().map(|t| digest(t.expose_secret().as_bytes())).collect();
-        Authenticator { service: hash(service_tokens), admin: hash(admin_tokens), user_keys }
+        Authenticator { service: hash(service_tokens), admin: hash(admin_tokens), metrics: Vec::new(), user_keys }
+    }
+
+    /// With these tokens allowed to scrape `/metrics` (and nothing else).
+    #[must_use]
+    pub fn with_metrics_tokens(mut self, tokens: &[SecretString]) -> Self {
+        self.metrics = tokens.iter().map(|t| digest(t.expose_secret().as_bytes())).collect();
+        self
+    }
+
+    /// Whether `token` may scrape `/metrics` on the API listener: a metrics token or an admin token.
+    #[must_use]
+    pub fn may_scrape(&self, token: &str) -> bool {
+        let candidate = digest(token.as_bytes());
+        matches_any(&candidate, &self.metrics) | matches_any(&candidate, &self.admin)
     }
 
     fn mac(key: &UserTokenKey, user_id: &str, expires: u64) -> HmacSha256 {
@@ -171,22 +190,17 @@ impl Authenticator {
         ))
     }
 
-    /// The key that signs console session cookies (`crate::console::session`): derived from the signing
-    /// user-token key under its own context, so it is the same in every process of one installation and
-    /// cannot be used to make user tokens (or the reverse). Making another key first ends the sessions.
-    #[must_use]
-    pub fn console_key(&self) -> [u8; 32] {
-        let mut mac = HmacSha256::new_from_slice(self.user_keys[0].secret.expose_secret().as_bytes())
-            .expect("HMAC takes keys of any length");
-        mac.update(b"herald console session key v1\0");
-        mac.finalize().into_bytes().into()
-    }
-
     /// Checks a user token at `now` (Unix seconds): the user id it names.
     ///
     /// # Errors
     /// Why it is refused.
     pub fn verify_user_token(&self, token: &str, now: u64) -> Result<String, UserTokenError> {
+        self.verify_user_token_parts(token, now).map(|(user, _, _)| user)
+    }
+
+    /// As [`Authenticator::verify_user_token`], also naming the key that signed it and its expiry (Unix
+    /// seconds).
+    fn verify_user_token_parts(&self, token: &str, now: u64) -> Result<(String, String, u64), UserTokenError> {
         let rest = token.strip_prefix("u2.").ok_or(UserTokenError::Invalid)?;
         let mut parts = rest.split('.');
         let (Some(kid), Some(user_b64), Some(expires), Some(tag_b64), None) =
@@ -206,7 +220,22 @@ impl Authenticator {
         if expires <= now {
             return Err(UserTokenError::Expired(expires));
         }
-        Ok(user)
+        Ok((user, key.id.clone(), expires))
+    }
+
+    /// What a console sign-in with `token` opens, and the credential the session is bound to: an admin
+    /// token opens the operator's pages, a user token that user's. A service token, or an invalid one,
+    /// opens nothing.
+    #[must_use]
+    pub fn console_credential(&self, token: &str) -> Option<(Caller, Credential)> {
+        let digest = digest(token.as_bytes());
+        if token.starts_with("u2.") {
+            if let Ok((user, key_id, expires)) = self.verify_user_token_parts(token, unix_now()) {
+                let expires_at = Timestamp(i64::try_from(expires.saturating_mul(1000)).unwrap_or(i64::MAX));
+                return Some((Caller::User(user), Credential::UserToken { digest, key_id, expires_at }));
+            }
+        }
+        matches_any(&digest, &self.admin).then_some((Caller::Admin, Credential::AdminToken { digest }))
     }
 
     /// Identifies the caller of a bearer token now.
@@ -236,6 +265,19 @@ impl Authenticator {
     #[must_use]
     pub fn identify(&self, token: &str) -> Option<Caller> {
         self.authenticate(token).ok()
+    }
+}
+
+/// A session stands only while the credential that opened it is accepted: an admin token still listed, a
+/// user token's signing key still configured (its expiry is the session's own end). A sign-in link was
+/// burnt when it opened the session; it binds nothing further.
+impl crate::sessions::Credentials for Authenticator {
+    fn accepts(&self, credential: &Credential) -> bool {
+        match credential {
+            Credential::AdminToken { digest } => matches_any(digest, &self.admin),
+            Credential::UserToken { key_id, .. } => self.user_keys.iter().any(|key| &key.id == key_id),
+            Credential::SignInLink { .. } => true,
+        }
     }
 }
 
@@ -411,6 +453,30 @@ mod tests {
         let expired = Problem::from(UserTokenError::Expired(1_000));
         assert!(expired.detail.contains("expired at 1970-01-01T00:16:40.000Z"), "{}", expired.detail);
         assert!(Problem::from(UserTokenError::UnknownKey).detail.contains("no longer accepted"));
+    }
+
+    #[test]
+    fn a_console_session_is_bound_to_the_credential_that_opened_it() {
+        use crate::sessions::Credentials as _;
+        let auth = auth();
+        let (caller, admin) = auth.console_credential("admin-token-1").expect("an admin token signs in");
+        assert_eq!(caller, Caller::Admin);
+        assert!(auth.accepts(&admin));
+        let removed =
+            Authenticator::new(&[], &[SecretString::from("admin-token-2")], SecretString::from("x".repeat(20)));
+        assert!(!removed.accepts(&admin), "an admin token removed from the configuration ends its sessions");
+        assert_eq!(auth.console_credential("service-token-1"), None, "a service token opens no console");
+        assert_eq!(auth.console_credential("admin-token-"), None);
+
+        let token = auth.user_token_until("alice", 4_000_000_000);
+        let (caller, user) = auth.console_credential(token.expose_secret()).expect("a user token signs in");
+        assert_eq!(caller, Caller::User("alice".into()));
+        assert_eq!(user.expires_at(), Some(Timestamp(4_000_000_000_000)), "the token's expiry bounds the session");
+        let retired = Authenticator::with_user_keys(&[], &[], vec![key("k9", "another user token secret")]);
+        assert!(auth.accepts(&user));
+        assert!(!retired.accepts(&user), "a retired key ends the sessions its tokens opened");
+        let expired = auth.user_token_until("alice", 1_000);
+        assert_eq!(auth.console_credential(expired.expose_secret()), None);
     }
 
     #[test]

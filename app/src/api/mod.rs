@@ -24,7 +24,9 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{Request, StatusCode};
 use axum::routing::{get, post, put};
 use axum::Router;
-use herald_ports::{ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore};
+use herald_ports::{
+    ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore, SessionStore,
+};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
@@ -88,11 +90,14 @@ pub const READINESS_TTL: Duration = Duration::from_secs(1);
 pub struct ApiState {
     pub store: Arc<dyn NotificationStore>,
     pub prefs: Arc<dyn PreferenceStore>,
+    pub sessions: Arc<dyn SessionStore>,
     /// For the test send; it goes through the same adapters as workers.
     pub registry: Arc<dyn ChannelRegistry>,
     pub cipher: Arc<dyn DestinationCipher>,
     pub clock: Arc<dyn Clock>,
     pub auth: Arc<Authenticator>,
+    /// The console's sessions, and whether the installation is reached over https.
+    pub console: ConsoleSettings,
     /// The configured channels with their rules, in configuration order.
     pub channels: Arc<ChannelTable>,
     /// Test sends allowed per (user, channel).
@@ -111,6 +116,7 @@ impl ApiState {
         crate::compose::Services {
             store: Arc::clone(&self.store),
             prefs: Arc::clone(&self.prefs),
+            sessions: Arc::clone(&self.sessions),
             registry: Arc::clone(&self.registry),
             cipher: Arc::clone(&self.cipher),
             clock: Arc::clone(&self.clock),
@@ -118,6 +124,23 @@ impl ApiState {
             test_send_quota: self.test_send_quota,
         }
     }
+
+    /// With these console settings.
+    #[must_use]
+    pub fn with_console(mut self, console: ConsoleSettings) -> ApiState {
+        self.console = console;
+        self
+    }
+}
+
+/// What the console's sign-in depends on beyond the tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsoleSettings {
+    /// Session lifetime, idle timeout, sign-in link lifetime (`[console]`).
+    pub sessions: crate::sessions::SessionSettings,
+    /// `server.https`: the installation is reached over https (a TLS-terminating proxy in front): the
+    /// session cookie is `Secure` with the `__Host-` prefix, and every answer carries HSTS.
+    pub https: bool,
 }
 
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -144,7 +167,8 @@ pub fn router(state: ApiState) -> Router {
 /// As [`router`], with these bounds on every client (request timeout, load shedding, rate per token).
 pub fn router_with(state: ApiState, limits: limits::Limits) -> Router {
     let body_limit = state.body_limit;
-    let auth = Arc::clone(&state.auth);
+    let https = state.console.https;
+    let limited = state.clone();
     let trace = TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
         let request_id =
             request.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok()).unwrap_or("-");
@@ -160,6 +184,7 @@ pub fn router_with(state: ApiState, limits: limits::Limits) -> Router {
         .route("/v1/users/{user_id}/channels/{channel}/confirm", post(test_send::confirm))
         .route("/v1/users/{user_id}/inbox", get(routes::get_inbox))
         .route("/v1/users/{user_id}/inbox/{notification_id}/read", post(routes::mark_read))
+        .route("/v1/users/{user_id}/sign-in-links", post(routes::create_sign_in_link))
         .route("/v1/review", get(routes::list_review))
         .route("/v1/tasks/{task_id}/resolve", post(routes::resolve_task))
         .route("/healthz", get(routes::healthz))
@@ -172,9 +197,10 @@ pub fn router_with(state: ApiState, limits: limits::Limits) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(CatchPanicLayer::custom(panic_problem))
-        .layer(axum::middleware::from_fn(limits::no_store));
-    limits::apply(router, limits, auth)
+        .layer(CatchPanicLayer::custom(panic_problem));
+    limits::apply(router, limits, limited)
+        // Outside the limits: their own answers (429, 503, 408) carry the headers too.
+        .layer(axum::middleware::from_fn_with_state(https, limits::response_headers))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(trace)
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
@@ -219,8 +245,8 @@ pub async fn serve_bounded(
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _peer)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(error) => {
                         // Out of file descriptors and the like: pause rather than spin.
                         tracing::warn!(%error, "cannot accept a connection");
@@ -229,7 +255,15 @@ pub async fn serve_bounded(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(router.clone());
+                // The peer's address travels with each request (`ConnectInfo`): the limits key anonymous
+                // requests and failed sign-ins by it.
+                let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+                    router.clone(),
+                    move |mut request: hyper::Request<hyper::body::Incoming>| {
+                        request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                        request.map(axum::body::Body::new)
+                    },
+                ));
                 let mut close = close_rx.clone();
                 connections.spawn(async move {
                     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -290,6 +324,7 @@ impl utoipa::Modify for SecurityAddon {
         test_send::confirm,
         routes::get_inbox,
         routes::mark_read,
+        routes::create_sign_in_link,
         routes::list_review,
         routes::resolve_task,
         routes::healthz,

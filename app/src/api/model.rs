@@ -24,7 +24,7 @@ pub const MAX_TTL_SECONDS: i64 = 30 * 24 * 3600;
 pub const MAX_ATTEMPTS: i64 = 20;
 pub const MAX_RECIPIENTS: usize = 1000;
 pub const MAX_NOTE_CHARS: usize = 2000;
-pub const MAX_DESTINATION_CHARS: usize = 1024;
+pub use crate::usecases::MAX_DESTINATION_CHARS;
 
 /// An RFC 3339 UTC timestamp with milliseconds.
 #[must_use]
@@ -638,6 +638,16 @@ impl ResolveRequest {
         let note = errors.text("note", self.note.as_deref(), MAX_NOTE_CHARS);
         errors.finish(|| Some((state?, note?.to_owned())))
     }
+}
+
+/// `POST /v1/users/{user_id}/sign-in-links`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignInLinkBody {
+    /// The link's path and query, to be put after the installation's address:
+    /// `/console/login/user?code=…`. The code is a one-time secret: send it only to the user.
+    pub path: String,
+    /// When the link stops working if it was not used.
+    pub expires_at: String,
 }
 
 /// `POST /v1/users/{user_id}/inbox/{notification_id}/read`.

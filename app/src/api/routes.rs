@@ -12,10 +12,11 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::model::{
     rfc3339, CreatedBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody, InboxItemBody,
     NotificationBody, PageQuery, PreferenceBody, PutPreference, ReadBody, RecipientCreated, ResolveRequest,
-    ResolvedBody, ReviewBody, ReviewTaskBody, SubmitEvent, SubmitNotification, TaskBody, MAX_DESTINATION_CHARS,
+    ResolvedBody, ReviewBody, ReviewTaskBody, SignInLinkBody, SubmitEvent, SubmitNotification, TaskBody,
 };
 use super::problem::{FieldError, Problem};
 use super::ApiState;
+use crate::usecases::{self, PreferenceError};
 
 type ApiResult<T> = Result<T, Problem>;
 
@@ -172,10 +173,6 @@ pub async fn get_notification(
     Ok(Json(notification_body(&view)))
 }
 
-/// The preference's `status` when a push service said the stored subscription is gone (404/410): the
-/// channel was switched off, and a new subscription is needed.
-pub const SUBSCRIPTION_EXPIRED: &str = "subscription expired";
-
 fn check_path_user(errors: &mut Errors, user_id: &str) {
     errors.user_id("user_id", Some(user_id));
 }
@@ -190,6 +187,9 @@ fn check_path_user(errors: &mut Errors, user_id: &str) {
         (status = 200, body = PreferenceBody),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`enabled: true` without a `destination`, and none is usable in store: none \
+         was ever given, or the push service said the stored Web Push subscription expired; nothing was written",
+         body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -199,24 +199,14 @@ pub async fn put_preference(
     ApiPath((user_id, channel)): ApiPath<(String, String)>,
     ApiJson(request): ApiJson<PutPreference>,
 ) -> ApiResult<Json<PreferenceBody>> {
+    let services = state.services();
     let mut errors = Errors::default();
     check_path_user(&mut errors, &user_id);
     let channel = ChannelName::new(channel);
-    let kind = state.channels.get(&channel).map(|rules| rules.contract.kind);
-    if kind.is_none() {
+    if services.channels.get(&channel).is_none() {
         errors.add("channel", "is not a configured channel");
-    }
-    if let Some(destination) = &request.destination {
-        let text = secrecy::ExposeSecret::expose_secret(&destination.0);
-        if text.trim().is_empty() {
-            errors.add("destination", "must not be empty");
-        } else if text.chars().count() > MAX_DESTINATION_CHARS {
-            errors.add("destination", format!("must be at most {MAX_DESTINATION_CHARS} characters"));
-        } else if text.chars().any(char::is_control) {
-            // No address, number or channel code has one; a stray one would only fail at the channel.
-            errors.add("destination", "must not contain control characters");
-        } else if let Some(Err(reason)) = kind.map(|kind| herald_channels::kinds::check_destination(kind, text)) {
-            // The kind's own check (an e-mail address, a PushSubscription JSON); the reason never repeats it.
+    } else if let Some(destination) = &request.destination {
+        if let Err(reason) = usecases::check_destination(&services, &channel, &destination.0) {
             errors.add("destination", reason);
         }
     }
@@ -226,59 +216,44 @@ pub async fn put_preference(
     errors.finish(|| Some(()))?;
     let enabled = request.enabled.unwrap_or(false);
     let user = UserId::new(user_id);
-
-    if enabled && request.destination.is_none() {
-        let stored = state.prefs.get(&user, &channel).await?;
-        if !stored.is_some_and(|p| p.has_destination) {
-            return Err(Problem::validation(vec![FieldError::new(
-                "destination",
-                "is required to enable a channel that has no stored destination",
-            )]));
+    let destination = request.destination.as_ref().map(|d| &d.0);
+    match usecases::set_preference(&services, &user, &channel, enabled, destination).await {
+        Ok(set) => {
+            let mut body = PreferenceBody::from(&set.pref);
+            if set.subscription_expired {
+                body.status = Some(usecases::SUBSCRIPTION_EXPIRED.to_owned());
+            }
+            Ok(Json(body))
         }
+        Err(error) => Err(preference_problem(error)),
     }
-    if enabled
-        && request.destination.is_none()
-        && kind == Some(herald_domain::ChannelKind::Webpush)
-        && state.prefs.destination_expired(&user, &channel).await?
-    {
-        // The push service said this subscription is gone (404/410): switching it on again would only fail.
-        return Err(Problem::validation(vec![FieldError::new(
-            "destination",
-            "is required: the stored subscription expired, the browser must subscribe again",
-        )]));
-    }
-    let ciphertext = match &request.destination {
-        // The same destination again keeps the stored ciphertext, and with it a verification or a
-        // pending test confirmation: encryption uses a fresh nonce, so new bytes would look like a change.
-        Some(destination) if unchanged(&state, &user, &channel, &destination.0).await? => None,
-        Some(destination) => Some(state.cipher.encrypt(&user, &channel, &destination.0).map_err(|error| {
-            tracing::error!(%error, "destination could not be encrypted");
-            Problem::internal()
-        })?),
-        None => None,
-    };
-    let pref = state.prefs.put(&user, &channel, enabled, ciphertext).await?;
-    let mut body = PreferenceBody::from(&pref);
-    if kind == Some(herald_domain::ChannelKind::Webpush) && state.prefs.destination_expired(&user, &channel).await? {
-        body.status = Some(SUBSCRIPTION_EXPIRED.to_owned());
-    }
-    Ok(Json(body))
 }
 
-/// Whether `destination` is what is stored already. A stored value that cannot be decrypted (its key
-/// is gone) counts as different, so the new one replaces it.
-async fn unchanged(
-    state: &ApiState,
-    user: &UserId,
-    channel: &ChannelName,
-    destination: &secrecy::SecretString,
-) -> ApiResult<bool> {
-    use secrecy::ExposeSecret;
-    let Some(stored) = state.prefs.destination(user, channel).await? else { return Ok(false) };
-    Ok(state
-        .cipher
-        .decrypt(user, channel, &stored)
-        .is_ok_and(|current| current.expose_secret() == destination.expose_secret()))
+/// The problem document of a preference the use case refused.
+fn preference_problem(error: PreferenceError) -> Problem {
+    let conflict = |message: &str| Problem {
+        errors: vec![FieldError::new("destination", message)],
+        ..Problem::new(
+            StatusCode::CONFLICT,
+            "preference-conflict",
+            "Not possible with what is stored",
+            format!("destination: {message}; nothing was written"),
+        )
+    };
+    match error {
+        PreferenceError::UnknownChannel => {
+            Problem::validation(vec![FieldError::new("channel", "is not a configured channel")])
+        }
+        PreferenceError::InvalidDestination(reason) => {
+            Problem::validation(vec![FieldError::new("destination", reason)])
+        }
+        PreferenceError::NoDestination => conflict("is required to enable a channel that has no stored destination"),
+        PreferenceError::SubscriptionExpired => {
+            conflict("is required: the stored subscription expired, the browser must subscribe again")
+        }
+        PreferenceError::Encryption => Problem::internal(),
+        PreferenceError::Store(store) => Problem::from_store(&store),
+    }
 }
 
 /// The words a user sees for one channel of an inbox item. SENT is "accepted by channel", never
@@ -469,6 +444,35 @@ pub async fn mark_read(
     Ok(Json(ReadBody { notification_id: id.to_string(), read_at: rfc3339(read_at), changed }))
 }
 
+/// A one-time link that signs the user in to the console (their inbox and channel settings), for a
+/// business service to send them. It works once, within `console.sign_in_link_minutes`, and carries no
+/// token: opening it shows a page whose button signs in. Each call makes a new link.
+#[utoipa::path(
+    post, path = "/v1/users/{user_id}/sign-in-links", tag = "console",
+    params(("user_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 201, body = SignInLinkBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not a service or admin token", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn create_sign_in_link(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiPath(user_id): ApiPath<String>,
+) -> ApiResult<(StatusCode, Json<SignInLinkBody>)> {
+    if !matches!(caller, Caller::Service | Caller::Admin) {
+        return Err(Problem::forbidden("sign-in links are made with a service or an admin token"));
+    }
+    let mut errors = Errors::default();
+    check_path_user(&mut errors, &user_id);
+    errors.finish(|| Some(()))?;
+    let link =
+        crate::sessions::create_link(&state.services(), &UserId::new(user_id), state.console.sessions.link_ttl).await?;
+    Ok((StatusCode::CREATED, Json(SignInLinkBody { path: link.path(), expires_at: rfc3339(link.expires_at) })))
+}
+
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = HealthBody)))]
 pub async fn healthz() -> Json<HealthBody> {
@@ -490,12 +494,22 @@ pub async fn readyz(State(state): State<ApiState>) -> ApiResult<Json<HealthBody>
     }
 }
 
-/// Prometheus text exposition of the process's metrics.
+/// Prometheus text exposition of the process's metrics. On the API listener it needs a bearer token: one
+/// of `auth.metrics_tokens`, or an admin token. A listener of its own (`worker.metrics_listen`) serves it
+/// without one: bind that to an address only the scraper reaches.
 #[utoipa::path(
     get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"))
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Prometheus text format", body = String, content_type = "text/plain"),
+        (status = 401, description = "No metrics or admin token", body = Problem, content_type = "application/problem+json"),
+    )
 )]
-pub async fn metrics(State(state): State<ApiState>) -> Response {
+pub async fn metrics(State(state): State<ApiState>, headers: axum::http::HeaderMap) -> Response {
+    let allowed = super::auth::bearer(&headers).is_ok_and(|token| state.auth.may_scrape(token));
+    if !allowed {
+        return Problem::unauthorized("scraping /metrics here needs a metrics token or an admin token").into_response();
+    }
     let text = state.metrics.as_ref().map(metrics_exporter_prometheus::PrometheusHandle::render).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }

@@ -64,10 +64,12 @@ impl Mocks {
         ApiState {
             store: Arc::new(self.store),
             prefs: Arc::new(self.prefs),
+            sessions: Arc::new(herald_ports::sessions::MockSessionStore::new()),
             registry: Arc::new(MockChannelRegistry::new()),
             cipher: Arc::new(self.cipher),
             clock: Arc::clone(&clock),
             auth: Arc::new(auth),
+            console: ConsoleSettings::default(),
             channels: Arc::new(ChannelTable(vec![(ChannelName::new("push"), rules())])),
             test_send_quota: herald_domain::TestSendQuota::default(),
             readiness: Arc::new(ClockReadiness(clock)),
@@ -452,13 +454,15 @@ async fn preference_validation_names_channel_and_destination() {
 }
 
 #[tokio::test]
-async fn enabling_without_any_destination_is_refused() {
+async fn enabling_without_any_destination_is_a_conflict_with_what_is_stored() {
     let mut mocks = Mocks::default();
-    mocks.prefs.expect_get().times(1).returning(|_, _| Ok(None));
+    mocks.prefs.expect_destination().times(1).returning(|_, _| Ok(None));
     mocks.prefs.expect_put().times(0);
     let body = json!({"enabled": true}).to_string();
     let answer = send(mocks.state(), "PUT", "/v1/users/alice/channels/push", Some(ADMIN), Some(&body)).await;
-    assert_eq!(answer.fields(), ["destination"]);
+    // A schema-valid request refused for what is (not) stored is a 409 that names the field, not a 422.
+    let doc = answer.problem(StatusCode::CONFLICT);
+    assert_eq!(doc["errors"][0]["field"], "destination", "{doc}");
 }
 
 #[tokio::test]
@@ -606,8 +610,12 @@ async fn operations_endpoints_and_request_ids() {
     send(Mocks::default().state(), "GET", "/nowhere", None, None).await.problem(StatusCode::NOT_FOUND);
     send(Mocks::default().state(), "DELETE", "/healthz", None, None).await.problem(StatusCode::METHOD_NOT_ALLOWED);
 
-    let answer = send(Mocks::default().state(), "GET", "/metrics", None, None).await;
+    // On the API listener, a scrape needs a metrics or an admin token.
+    send(Mocks::default().state(), "GET", "/metrics", None, None).await.problem(StatusCode::UNAUTHORIZED);
+    send(Mocks::default().state(), "GET", "/metrics", Some(SERVICE), None).await.problem(StatusCode::UNAUTHORIZED);
+    let answer = send(Mocks::default().state(), "GET", "/metrics", Some(ADMIN), None).await;
     assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.headers["x-content-type-options"], "nosniff", "every answer says nosniff");
 }
 
 #[tokio::test]
@@ -619,7 +627,7 @@ async fn metrics_render_recorded_counters() {
     });
     let mut state = Mocks::default().state();
     state.metrics = Some(handle);
-    let answer = send(state, "GET", "/metrics", None, None).await;
+    let answer = send(state, "GET", "/metrics", Some(ADMIN), None).await;
     assert!(answer.text.contains("herald_attempts_total{channel=\"push\",outcome=\"ACCEPTED\"} 1"), "{}", answer.text);
 }
 
@@ -636,6 +644,7 @@ async fn openapi_document_lists_every_route() {
         "/v1/users/{user_id}/channels/{channel}",
         "/v1/users/{user_id}/inbox",
         "/v1/users/{user_id}/inbox/{notification_id}/read",
+        "/v1/users/{user_id}/sign-in-links",
         "/v1/review",
         "/v1/tasks/{task_id}/resolve",
         "/healthz",
@@ -648,54 +657,6 @@ async fn openapi_document_lists_every_route() {
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
     let required = doc["components"]["schemas"]["SubmitNotification"]["required"].as_array().expect("required");
     assert!(required.contains(&json!("user_id")));
-}
-
-/// A form post to the console, with optional cookie and `Sec-Fetch-Site`.
-async fn console_post(state: ApiState, uri: &str, form: &str, cookie: Option<&str>, site: Option<&str>) -> Answer {
-    let mut request =
-        Request::builder().method("POST").uri(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
-    if let Some(cookie) = cookie {
-        request = request.header(header::COOKIE, cookie);
-    }
-    if let Some(site) = site {
-        request = request.header("sec-fetch-site", site);
-    }
-    let response = router(state).oneshot(request.body(Body::from(form.to_owned())).unwrap()).await.unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-    Answer { status, headers, text: String::from_utf8(bytes.to_vec()).unwrap() }
-}
-
-#[tokio::test]
-async fn console_sign_in_sets_a_strict_http_only_session_and_forms_need_its_csrf_token() {
-    let answer =
-        console_post(Mocks::untouched().state(), "/console/login", &format!("token={ADMIN}"), None, None).await;
-    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.text);
-    assert_eq!(answer.headers[header::LOCATION], "/console/overview");
-    let cookie = answer.headers[header::SET_COOKIE].to_str().unwrap().to_owned();
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Path=/console"));
-    assert!(!cookie.contains(ADMIN), "the token is not in the cookie");
-    let session = cookie.split(';').next().unwrap().to_owned();
-
-    // A decision without the session's CSRF token changes nothing (the store is never asked).
-    let forged = "csrf=00000000000000000000000000000000&decision=SENT&note=x";
-    let answer =
-        console_post(Mocks::untouched().state(), "/console/tasks/1/resolve", forged, Some(&session), None).await;
-    assert_eq!(answer.status, StatusCode::FORBIDDEN, "{}", answer.text);
-    // No session at all: sign in first.
-    let answer = console_post(Mocks::untouched().state(), "/console/tasks/1/resolve", forged, None, None).await;
-    assert_eq!(answer.status, StatusCode::SEE_OTHER);
-    assert_eq!(answer.headers[header::LOCATION], "/console/login?required=1");
-    // A sign-in posted from another site is refused; a wrong token signs nobody in.
-    let answer =
-        console_post(Mocks::untouched().state(), "/console/login", &format!("token={ADMIN}"), None, Some("cross-site"))
-            .await;
-    assert_eq!(answer.status, StatusCode::FORBIDDEN);
-    assert!(answer.headers.get(header::SET_COOKIE).is_none());
-    let answer = console_post(Mocks::untouched().state(), "/console/login", "token=nope", None, None).await;
-    assert_eq!(answer.headers[header::LOCATION], "/console/login?failed=1");
-    assert!(answer.headers.get(header::SET_COOKIE).is_none());
 }
 
 #[tokio::test]

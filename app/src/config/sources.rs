@@ -101,6 +101,8 @@ fn describe(kind: &Kind) -> String {
 enum Type {
     Str,
     Int,
+    /// `true` or `false`.
+    Bool,
     /// A JSON array of strings, or a comma-separated list.
     List,
 }
@@ -111,7 +113,14 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
         ("database", "url" | "url_file")
         | ("server", "listen")
         | ("worker", "metrics_listen")
-        | ("auth", "service_tokens_file" | "admin_tokens_file" | "user_token_secret" | "user_token_secret_file")
+        | (
+            "auth",
+            "service_tokens_file"
+            | "admin_tokens_file"
+            | "metrics_tokens_file"
+            | "user_token_secret"
+            | "user_token_secret_file",
+        )
         | ("log", "format" | "level")
         | ("keys", _) => Type::Str,
         ("database", "max_connections" | "api_max_connections" | "worker_max_connections")
@@ -123,11 +132,18 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
             | "body_timeout_ms"
             | "max_in_flight"
             | "rate_per_second"
-            | "rate_burst",
+            | "rate_burst"
+            | "anonymous_max_in_flight"
+            | "anonymous_rate_per_second"
+            | "anonymous_rate_burst"
+            | "failed_auth_burst"
+            | "failed_auth_per_minute",
         )
+        | ("console", "session_hours" | "session_idle_minutes" | "sign_in_link_minutes")
         | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms")
         | ("test_send", "per_minute" | "per_day") => Type::Int,
-        ("auth", "service_tokens" | "admin_tokens") => Type::List,
+        ("server", "https" | "forwarded_for") => Type::Bool,
+        ("auth", "service_tokens" | "admin_tokens" | "metrics_tokens") => Type::List,
         _ => return None,
     })
 }
@@ -137,6 +153,7 @@ fn typed(var: &str, kind: Type, raw: &str) -> Result<Value> {
     Ok(match kind {
         Type::Str => Value::from(raw.to_owned()),
         Type::Int => Value::from(raw.trim().parse::<i64>().map_err(|_| bad("an integer"))?),
+        Type::Bool => Value::from(raw.trim().parse::<bool>().map_err(|_| bad("true or false"))?),
         Type::List if raw.trim_start().starts_with('[') => {
             let list: Vec<String> = serde_json::from_str(raw).map_err(|_| bad("a JSON array of strings"))?;
             Value::from(list)

@@ -487,12 +487,29 @@ fn client_bounds_pools_and_the_metrics_listener_load_with_defaults_and_name_thei
     assert_eq!(limits.request_timeout, std::time::Duration::from_secs(4));
     assert_eq!(limits.body_timeout, std::time::Duration::from_millis(1500));
     assert_eq!((limits.rate_per_second, limits.rate_burst, limits.max_in_flight), (5, 7, 9));
+    assert_eq!(limits.anonymous_max_in_flight, 1, "an eighth of the authenticated budget, at least one");
     assert_eq!((config.database.api_max_connections, config.database.worker_max_connections), (3, 6));
     assert_eq!(config.worker.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
 
     refused(&full(), &[("HERALD__SERVER__HEADER_READ_TIMEOUT_MS", "5")], "server.header_read_timeout_ms", "between");
     refused(&full(), &[("HERALD__SERVER__RATE_PER_SECOND", "0")], "server.rate_per_second", "between");
     refused(&full(), &[("HERALD__SERVER__MAX_IN_FLIGHT", "0")], "server.max_in_flight", "between");
+    refused(
+        &full(),
+        &[("HERALD__SERVER__MAX_IN_FLIGHT", "10"), ("HERALD__SERVER__ANONYMOUS_MAX_IN_FLIGHT", "11")],
+        "server.anonymous_max_in_flight",
+        "smaller budget",
+    );
+    refused(&full(), &[("HERALD__SERVER__HTTPS", "yes")], "HERALD__SERVER__HTTPS", "true or false");
+    refused(&full(), &[("HERALD__CONSOLE__SESSION_IDLE_MINUTES", "0")], "console.session_idle_minutes", "between");
+    let https =
+        load(&full(), &[("HERALD__SERVER__HTTPS", "true"), ("HERALD__SERVER__FORWARDED_FOR", "true")]).expect("valid");
+    assert!(https.server.https && https.server.limits.forwarded_for);
+    let console =
+        load(&full().replace("[server]\n", "[console]\nsession_hours = 2\nsession_idle_minutes = 5\n[server]\n"), &[])
+            .expect("valid");
+    assert_eq!(console.console.policy.lifetime, herald_domain::Millis(2 * 3_600_000));
+    assert_eq!(console.console.policy.idle, herald_domain::Millis(5 * 60_000));
     refused(&full(), &[("HERALD__DATABASE__API_MAX_CONNECTIONS", "0")], "database.api_max_connections", "between");
     refused(&full(), &[("HERALD__WORKER__METRICS_LISTEN", "everywhere")], "worker.metrics_listen", "IP address");
 }

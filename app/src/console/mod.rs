@@ -20,8 +20,6 @@ pub mod i18n;
 pub mod pages;
 pub mod session;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -29,16 +27,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use herald_domain::resolve::FinalState;
-use herald_domain::{ChannelName, EventKey, Millis, NotificationRef, TaskId, Timestamp, UserId};
-use herald_ports::{InboxCursor, MarkRead, ResolveError};
+use herald_domain::{ChannelName, EventKey, Millis, NotificationRef, SessionEnd, TaskId, Timestamp, UserId};
+use herald_ports::{InboxCursor, MarkRead, ResolveError, SessionRole, StoreError};
 use maud::Markup;
 use serde::Deserialize;
 
 use self::i18n::{fill, Lang, Words, LANG_COOKIE};
 use self::pages::{Flash, Frame};
-use self::session::{clear_cookie, Role, Session, SESSION_COOKIE};
+use self::session::{CookieRules, Role, Session};
 use crate::api::{ApiState, Caller};
-use crate::usecases::{self, LogQuery, TestOutcome, TestSendError};
+use crate::sessions::{self, Found};
+use crate::usecases::{self, LogQuery, PreferenceError, TestOutcome, TestSendError};
 
 const CSS: &str = include_str!("static/console.css");
 const JS: &str = include_str!("static/console.js");
@@ -50,8 +49,10 @@ pub fn router() -> Router<ApiState> {
         .route("/console", get(home))
         .route("/console/", get(home))
         .route("/console/login", get(login_page).post(login))
-        .route("/console/login/user", get(user_link))
+        .route("/console/login/user", get(user_link_page).post(user_link))
         .route("/console/logout", post(logout))
+        .route("/console/me/sessions", get(my_sessions))
+        .route("/console/me/sessions/end", post(end_session))
         .route("/console/overview", get(overview))
         .route("/console/review", get(review))
         .route("/console/tasks/{task_id}/resolve", post(resolve))
@@ -72,20 +73,47 @@ fn static_file(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "public, max-age=300")], body).into_response()
 }
 
-fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+/// The session a request's cookie names, judged now (`crate::sessions::find`). The API's limits look it
+/// up first, to give a signed-in page the budget of an authenticated request, and leave it in the
+/// request's extensions for [`Ctx`]; a request that came another way is looked up here.
+///
+/// # Errors
+/// Store failures.
+pub async fn request_session(state: &ApiState, headers: &HeaderMap) -> Result<Found, StoreError> {
+    let rules = CookieRules { https: state.console.https, forwarded_tls: session::is_tls(headers) };
+    let Some(cookie) = session::cookie(headers, rules.name()) else { return Ok(Found::None) };
+    sessions::find(&state.services(), state.auth.as_ref(), state.console.sessions.policy, &cookie).await
 }
 
-/// What every console request knows: its language, its verified session (if any), whether it came over
-/// TLS, and where it is (for the language switch).
+/// Where a request is, for the language switch: its path and query without a bearer token the query may
+/// carry (the retired form of sign-in links), so that no link on the page repeats it. A link's one-time
+/// code stays: the page's own form holds it anyway, and the switch must keep the link working.
+fn here(path: &str, query: &str) -> String {
+    let kept: Vec<&str> = query.split('&').filter(|p| !p.is_empty() && !p.starts_with("token=")).collect();
+    if kept.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", kept.join("&"))
+    }
+}
+
+/// A looked-up session, as the limits layer leaves it for [`Ctx`].
+#[derive(Clone, Debug)]
+pub struct LookedUp(pub Result<Found, ()>);
+
+/// What every console request knows: its language, its session (if one stands), whether its session
+/// just ended (and why), how the cookie is written, and where it is (for the language switch).
 pub struct Ctx {
     pub lang: Lang,
     /// Set when the request chose the language explicitly (`?lang=`): the answer remembers it.
     pub chose_lang: bool,
     pub session: Option<Session>,
-    pub secure: bool,
+    /// The session this request's cookie named was over, and has been ended now.
+    pub ended: Option<SessionEnd>,
+    /// The session could not be looked up (the store is down).
+    pub unavailable: bool,
+    pub cookies: CookieRules,
     pub here: String,
-    key: [u8; 32],
 }
 
 impl FromRequestParts<ApiState> for Ctx {
@@ -95,17 +123,25 @@ impl FromRequestParts<ApiState> for Ctx {
         let query = parts.uri.query().unwrap_or("");
         let explicit = query.split('&').find_map(|p| p.strip_prefix("lang="));
         let lang = Lang::of_request(explicit, &parts.headers);
-        let key = state.auth.console_key();
-        let session =
-            session::cookie(&parts.headers, SESSION_COOKIE).and_then(|v| Session::decode(&v, &key, unix_now()));
-        let here = parts.uri.path_and_query().map_or_else(|| "/console".to_owned(), ToString::to_string);
+        let found = match parts.extensions.remove::<LookedUp>() {
+            Some(LookedUp(found)) => found,
+            None => request_session(state, &parts.headers).await.map_err(drop),
+        };
+        let (session, ended, unavailable) = match found {
+            Ok(Found::Live(stored)) => (Some(Session::from(stored)), None, false),
+            Ok(Found::Ended(end)) => (None, Some(end), false),
+            Ok(Found::None) => (None, None, false),
+            Err(()) => (None, None, true),
+        };
+        let here = here(parts.uri.path(), query);
         Ok(Ctx {
             lang,
             chose_lang: explicit.and_then(Lang::parse).is_some(),
             session,
-            secure: session::is_tls(&parts.headers),
+            ended,
+            unavailable,
+            cookies: CookieRules { https: state.console.https, forwarded_tls: session::is_tls(&parts.headers) },
             here,
-            key,
         })
     }
 }
@@ -161,7 +197,7 @@ impl Ctx {
         match &self.session {
             Some(s) if s.role == Role::Operator => Ok(s),
             Some(_) => Err(self.message(StatusCode::FORBIDDEN, self.w().forbidden)),
-            None => Err(to_signin()),
+            None => Err(self.to_signin()),
         }
     }
 
@@ -172,7 +208,34 @@ impl Ctx {
                 Role::User(user) => Ok((s, UserId::new(user.clone()))),
                 Role::Operator => Err(self.message(StatusCode::FORBIDDEN, self.w().forbidden)),
             },
-            None => Err(to_signin()),
+            None => Err(self.to_signin()),
+        }
+    }
+
+    /// Any session, or the answer to give instead.
+    fn signed_in(&self) -> Result<&Session, Response> {
+        self.session.as_ref().ok_or_else(|| self.to_signin())
+    }
+
+    /// The sign-in page, saying why when the session just ended (and removing its cookie then), or a 503
+    /// when the session could not be looked up.
+    fn to_signin(&self) -> Response {
+        if self.unavailable {
+            return self.store_down();
+        }
+        match self.ended {
+            Some(end) => {
+                let mut response = see_other(&format!("/console/login?ended={}", end.as_str()));
+                self.set_cookie(&mut response, &self.cookies.clear());
+                response
+            }
+            None => see_other("/console/login?required=1"),
+        }
+    }
+
+    fn set_cookie(&self, response: &mut Response, cookie: &str) {
+        if let Ok(value) = HeaderValue::from_str(cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
         }
     }
 
@@ -181,21 +244,46 @@ impl Ctx {
         match &self.session {
             Some(s) if s.csrf_ok(presented) => Ok(()),
             Some(_) => Err(self.message(StatusCode::FORBIDDEN, self.w().csrf_refused)),
-            None => Err(to_signin()),
+            None => Err(self.to_signin()),
         }
     }
 
-    /// Starts a session and sends the browser to `to`.
-    fn sign_in(&self, role: Role, to: &str) -> Response {
-        let now = unix_now();
-        let session = Session::new(role, now);
-        let cookie = session.set_cookie(&self.key, now, self.secure);
+    /// Sets the cookie of a session just opened and sends the browser to `to`.
+    fn signed_in_to(&self, opened: &sessions::Opened, to: &str) -> Response {
+        use secrecy::ExposeSecret as _;
+        let max_age = opened.session.expires_at.since(opened.session.created_at).as_millis() / 1000;
+        let cookie = self.cookies.set(opened.cookie.expose_secret(), i64::try_from(max_age).unwrap_or(i64::MAX));
         let mut response = see_other(to);
-        if let Ok(value) = HeaderValue::from_str(&cookie) {
-            response.headers_mut().insert(header::SET_COOKIE, value);
-        }
+        self.set_cookie(&mut response, &cookie);
         response.headers_mut().insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
         response
+    }
+
+    /// Opens a session for `role` bound to `credential`, and sends the browser on to its first page.
+    async fn open_session(
+        &self,
+        state: &ApiState,
+        role: SessionRole,
+        credential: herald_ports::Credential,
+    ) -> Response {
+        let to = match role {
+            SessionRole::Operator => "/console/overview",
+            SessionRole::User(_) => "/console/me/inbox",
+        };
+        match sessions::open(&state.services(), state.console.sessions.policy, role, credential).await {
+            Ok(opened) => self.signed_in_to(&opened, to),
+            Err(_) => self.store_down(),
+        }
+    }
+
+    /// Refuses a sign-in form posted from another site: it has no session to carry a CSRF token, and would
+    /// sign the browser in as someone else. The browser's own `Sec-Fetch-Site` says where it came from.
+    fn cross_site(&self, headers: &HeaderMap) -> Option<Response> {
+        headers
+            .get("sec-fetch-site")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|site| !matches!(site, "same-origin" | "none"))
+            .then(|| self.message(StatusCode::FORBIDDEN, self.w().csrf_refused))
     }
 }
 
@@ -206,10 +294,6 @@ fn see_other(to: &str) -> Response {
     }
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
-}
-
-fn to_signin() -> Response {
-    see_other("/console/login?required=1")
 }
 
 async fn home(ctx: Ctx) -> Response {
@@ -225,12 +309,15 @@ struct LoginQuery {
     required: Option<String>,
     bye: Option<String>,
     failed: Option<String>,
+    ended: Option<String>,
 }
 
 async fn login_page(ctx: Ctx, Query(q): Query<LoginQuery>) -> Response {
     let w = ctx.w();
     let flash = if q.failed.is_some() {
         Some(Flash::Error(w.signin_failed.to_owned()))
+    } else if let Some(end) = q.ended.as_deref().and_then(|e| e.parse::<SessionEnd>().ok()) {
+        Some(Flash::Info(fill(w.session_ended, &[("why", w.session_end(end))])))
     } else if q.required.is_some() {
         Some(Flash::Info(w.signin_required.to_owned()))
     } else if q.bye.is_some() {
@@ -247,40 +334,90 @@ struct LoginForm {
     token: String,
 }
 
-/// Sign-in with a token typed into the form: an admin token opens the operator pages, a user token that
-/// user's pages. The token is compared and dropped; only the session cookie remains.
-async fn login(ctx: Ctx, State(state): State<ApiState>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
-    // The sign-in form has no session to carry a CSRF token: a sign-in posted from another site (which
-    // would sign the browser in as someone else) is refused by the browser's own `Sec-Fetch-Site`.
-    if headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|site| !matches!(site, "same-origin" | "none"))
-    {
-        return ctx.message(StatusCode::FORBIDDEN, ctx.w().csrf_refused);
+impl std::fmt::Debug for LoginForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoginForm([redacted])")
     }
-    match state.auth.identify(form.token.trim()) {
-        Some(Caller::Admin) => ctx.sign_in(Role::Operator, "/console/overview"),
-        Some(Caller::User(user)) => ctx.sign_in(Role::User(user), "/console/me/inbox"),
-        Some(Caller::Service) | None => {
+}
+
+/// Sign-in with a token typed into the form: an admin token opens the operator pages, a user token that
+/// user's pages. The token is compared and dropped; the session is bound to it by its digest.
+async fn login(ctx: Ctx, State(state): State<ApiState>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
+    if let Some(refused) = ctx.cross_site(&headers) {
+        return refused;
+    }
+    match state.auth.console_credential(form.token.trim()) {
+        Some((Caller::Admin, credential)) => ctx.open_session(&state, SessionRole::Operator, credential).await,
+        Some((Caller::User(user), credential)) => {
+            ctx.open_session(&state, SessionRole::User(UserId::new(user)), credential).await
+        }
+        Some((Caller::Service, _)) | None => {
             tracing::info!("console sign-in refused");
-            see_other("/console/login?failed=1")
+            crate::api::limits::failed_authentication(see_other("/console/login?failed=1"))
         }
     }
 }
 
 #[derive(Deserialize)]
-struct UserLink {
+struct LinkQuery {
+    code: Option<String>,
     token: Option<String>,
 }
 
-/// A user's signed link (`/console/login/user?token=u.…`): the token is checked and exchanged for a
-/// session at once, and the browser is sent on without it (no referrer, no cache), so it does not stay in
-/// the address bar.
-async fn user_link(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<UserLink>) -> Response {
-    match q.token.as_deref().and_then(|t| state.auth.identify(t.trim())) {
-        Some(Caller::User(user)) => ctx.sign_in(Role::User(user), "/console/me/inbox"),
-        _ => see_other("/console/login?failed=1"),
+/// A user's one-time sign-in link (`/console/login/user?code=…`) shows a page with one button: opening
+/// the link signs nobody in (a mail scanner that follows it burns nothing), the button's POST does.
+async fn user_link_page(ctx: Ctx, Query(q): Query<LinkQuery>) -> Response {
+    let w = ctx.w();
+    match (q.code, q.token) {
+        (Some(code), _) if sessions::well_formed(&code) => {
+            ctx.page(StatusCode::OK, w.link_title, None, pages::link_confirm(w, &code))
+        }
+        // The old form carried a bearer token in the URL (history, proxy logs): never accepted.
+        (None, Some(_)) => {
+            ctx.page(StatusCode::GONE, w.signin_title, Some(Flash::Error(w.link_old_form.to_owned())), pages::signin(w))
+        }
+        _ => ctx.page(
+            StatusCode::NOT_FOUND,
+            w.signin_title,
+            Some(Flash::Error(w.link_failed.to_owned())),
+            pages::signin(w),
+        ),
+    }
+}
+
+#[derive(Deserialize)]
+struct LinkForm {
+    #[serde(default)]
+    code: String,
+}
+
+impl std::fmt::Debug for LinkForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinkForm([redacted])")
+    }
+}
+
+/// The link page's button: the code is burnt and exchanged for a session, once, before it expires —
+/// checked like the sign-in form (`Sec-Fetch-Site`).
+async fn user_link(
+    ctx: Ctx,
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Form(form): Form<LinkForm>,
+) -> Response {
+    if let Some(refused) = ctx.cross_site(&headers) {
+        return refused;
+    }
+    let w = ctx.w();
+    match sessions::redeem_link(&state.services(), state.console.sessions.policy, form.code.trim()).await {
+        Ok(Some(opened)) => ctx.signed_in_to(&opened, "/console/me/inbox"),
+        Ok(None) => crate::api::limits::failed_authentication(ctx.page(
+            StatusCode::UNAUTHORIZED,
+            w.signin_title,
+            Some(Flash::Error(w.link_failed.to_owned())),
+            pages::signin(w),
+        )),
+        Err(_) => ctx.store_down(),
     }
 }
 
@@ -290,15 +427,65 @@ struct CsrfForm {
     csrf: String,
 }
 
-async fn logout(ctx: Ctx, Form(form): Form<CsrfForm>) -> Response {
+/// Signing out ends the session on the server: its cookie, copied or not, opens nothing any more.
+async fn logout(ctx: Ctx, State(state): State<ApiState>, Form(form): Form<CsrfForm>) -> Response {
     if let Err(refused) = ctx.check_csrf(&form.csrf) {
         return refused;
     }
-    let mut response = see_other("/console/login?bye=1");
-    if let Ok(value) = HeaderValue::from_str(&clear_cookie(ctx.secure)) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
+    let Some(session) = &ctx.session else { return ctx.to_signin() };
+    if sessions::end(&state.services(), &session.stored.id_digest, SessionEnd::SignedOut).await.is_err() {
+        return ctx.store_down();
     }
+    let mut response = see_other("/console/login?bye=1");
+    ctx.set_cookie(&mut response, &ctx.cookies.clear());
     response
+}
+
+#[derive(Deserialize, Default)]
+struct SessionsQuery {
+    #[serde(default)]
+    notice: Option<String>,
+}
+
+/// The signed-in person's open sessions (a user's, or those opened with the same admin token).
+async fn my_sessions(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<SessionsQuery>) -> Response {
+    let session = match ctx.signed_in() {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let w = ctx.w();
+    let Ok(list) = sessions::list_own(&state.services(), &session.stored).await else { return ctx.store_down() };
+    let flash = q.notice.as_deref().filter(|n| *n == "ended").map(|_| Flash::Info(w.session_ended_one.to_owned()));
+    ctx.page(StatusCode::OK, w.sessions_title, flash, pages::sessions(w, session, &list))
+}
+
+#[derive(Deserialize)]
+struct EndSessionForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    session: String,
+}
+
+/// Ends one of the person's own sessions (named by its id digest, in hex); ending this one signs out.
+async fn end_session(ctx: Ctx, State(state): State<ApiState>, Form(form): Form<EndSessionForm>) -> Response {
+    if let Err(refused) = ctx.check_csrf(&form.csrf) {
+        return refused;
+    }
+    let Some(session) = &ctx.session else { return ctx.to_signin() };
+    let Some(target) = pages::digest_from_hex(&form.session) else {
+        return ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found);
+    };
+    match sessions::end_own(&state.services(), &session.stored, &target).await {
+        Ok(true) if target == session.stored.id_digest => {
+            let mut response = see_other("/console/login?bye=1");
+            ctx.set_cookie(&mut response, &ctx.cookies.clear());
+            response
+        }
+        Ok(true) => see_other("/console/me/sessions?notice=ended"),
+        Ok(false) => ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found),
+        Err(_) => ctx.store_down(),
+    }
 }
 
 async fn overview(ctx: Ctx, State(state): State<ApiState>) -> Response {
@@ -631,38 +818,28 @@ async fn save_channel(
         return refused;
     }
     let w = ctx.w();
+    // A blank field keeps the stored destination, as the form says.
     let destination = form.destination.trim();
-    if destination.chars().count() > crate::api::model::MAX_DESTINATION_CHARS
-        || destination.chars().any(char::is_control)
-    {
-        return channels_page(
-            &ctx,
-            &state,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some(Flash::Error(w.bad_destination.to_owned())),
-            None,
-        )
-        .await;
-    }
     let destination = (!destination.is_empty()).then(|| secrecy::SecretString::from(destination.to_owned()));
     let enabled = form.enabled.is_some();
-    match usecases::set_preference(&state.services(), &user, &ChannelName::new(channel), enabled, destination.as_ref())
-        .await
+    let refused = |words: &str| Some(Flash::Error(words.to_owned()));
+    let (status, flash) = match usecases::set_preference(
+        &state.services(),
+        &user,
+        &ChannelName::new(channel),
+        enabled,
+        destination.as_ref(),
+    )
+    .await
     {
-        Ok(_) => see_other("/console/me/channels?notice=saved"),
-        Err(TestSendError::NoDestination) => {
-            channels_page(
-                &ctx,
-                &state,
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Some(Flash::Error(w.need_destination.to_owned())),
-                None,
-            )
-            .await
-        }
-        Err(TestSendError::UnknownChannel) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
-        Err(_) => ctx.store_down(),
-    }
+        Ok(_) => return see_other("/console/me/channels?notice=saved"),
+        Err(PreferenceError::InvalidDestination(_)) => (StatusCode::UNPROCESSABLE_ENTITY, refused(w.bad_destination)),
+        Err(PreferenceError::NoDestination) => (StatusCode::CONFLICT, refused(w.need_destination)),
+        Err(PreferenceError::SubscriptionExpired) => (StatusCode::CONFLICT, refused(w.subscription_expired)),
+        Err(PreferenceError::UnknownChannel) => return ctx.message(StatusCode::NOT_FOUND, w.not_found),
+        Err(PreferenceError::Encryption | PreferenceError::Store(_)) => return ctx.store_down(),
+    };
+    channels_page(&ctx, &state, status, flash, None).await
 }
 
 async fn test_channel(

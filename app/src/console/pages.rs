@@ -72,6 +72,7 @@ pub fn layout(frame: Frame<'_>, content: Markup) -> Markup {
                                         li { a href="/console/me/channels" { (w.nav_channels) } }
                                     }
                                 }
+                                li { a href="/console/me/sessions" { (w.nav_sessions) } }
                             }
                         }
                         span.who {
@@ -113,6 +114,77 @@ pub fn signin(w: &Words) -> Markup {
             label for="token" { (w.signin_token) }
             input #token type="password" name="token" autocomplete="off" required;
             button type="submit" { (w.signin_button) }
+        }
+    }
+}
+
+/// The page a one-time sign-in link opens: one button, whose POST burns the code and signs in.
+pub fn link_confirm(w: &Words, code: &str) -> Markup {
+    html! {
+        p { (w.link_intro) }
+        form.card method="post" action="/console/login/user" {
+            input type="hidden" name="code" value=(code);
+            button type="submit" { (w.link_button) }
+        }
+    }
+}
+
+/// A session's id digest as the sessions page names it.
+#[must_use]
+pub fn digest_hex(digest: &herald_ports::sessions::Digest) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The id digest a sessions form names, if it is 64 hex digits.
+#[must_use]
+pub fn digest_from_hex(text: &str) -> Option<herald_ports::sessions::Digest> {
+    if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (i, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(digest)
+}
+
+/// The signed-in person's open sessions, each with an "End session" button.
+pub fn sessions(w: &Words, session: &Session, list: &[herald_ports::StoredSession]) -> Markup {
+    use herald_ports::Credential;
+    html! {
+        p { (w.sessions_intro) }
+        table {
+            thead { tr {
+                th scope="col" { (w.session_started) }
+                th scope="col" { (w.session_last_seen) }
+                th scope="col" { (w.session_ends) }
+                th scope="col" { (w.session_how) }
+                th scope="col" { span.visually-hidden { (w.session_end_button) } }
+            } }
+            tbody {
+                @for other in list {
+                    tr {
+                        td {
+                            (moment(other.created_at))
+                            @if other.id_digest == session.stored.id_digest { " (" (w.session_this) ")" }
+                        }
+                        td { (moment(other.last_seen_at)) }
+                        td { (moment(other.expires_at)) }
+                        td { @match other.credential {
+                            Credential::AdminToken { .. } => { (w.session_by_admin_token) }
+                            Credential::UserToken { .. } => { (w.session_by_user_token) }
+                            Credential::SignInLink { .. } => { (w.session_by_link) }
+                        } }
+                        td {
+                            form.inline method="post" action="/console/me/sessions/end" {
+                                (csrf(session))
+                                input type="hidden" name="session" value=(digest_hex(&other.id_digest));
+                                button type="submit" { (w.session_end_button) }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -1,37 +1,36 @@
-//! Console sessions and CSRF tokens.
+//! Console sessions as the browser sees them: the cookie, and the CSRF token of every form.
 //!
-//! **Sessions are signed cookies, not server state.** After a successful sign-in (an admin token, or a
-//! user's signed link or token) the console sets `herald_session` to
-//! `v1.{base64url(payload)}.{base64url(HMAC-SHA256)}`, the payload being the role (operator, or the user
-//! id), the expiry (8 hours) and a random CSRF secret. The MAC key is derived from the signing user-token key
-//! with its own context string ([`crate::api::Authenticator::console_key`]), so every `herald serve`
-//! process behind a load balancer accepts every other's cookies without a shared session table, and
-//! changing that secret signs everybody out. Nothing secret is in the payload — no token, no destination —
-//! only what the MAC protects from change. The cookie is `HttpOnly` (no script reads it),
-//! `SameSite=Strict` (no other site's page sends it), `Path=/console`, `Max-Age` = the expiry, and `Secure`
-//! when the request came over TLS (`X-Forwarded-Proto: https` from the TLS-terminating proxy).
+//! **Sessions are server-side** (`crate::sessions`, table `console_session`). The cookie holds only a
+//! random id (32 bytes, base64url); the database holds its SHA-256, the role, the credential the session
+//! is bound to, its CSRF secret and its times. Every console request looks the session up, and the
+//! domain decides whether it still stands (`herald_domain::judge_session`): signing out ends it, so a
+//! copied cookie stops working at once; removing the admin token that opened it from the configuration,
+//! or retiring the key of the user token that opened it, ends it at its next request; it never outlives
+//! the user token that opened it; and it ends after an idle gap (`console.session_idle_minutes`) or at its
+//! absolute end (`console.session_hours`), whichever comes first. Every `herald serve` process behind a
+//! load balancer sees the same sessions. A person sees their open sessions and can end any of them
+//! (`/console/me/sessions`); `herald sessions end` ends a user's, or all.
 //!
-//! **CSRF.** Every form carries a hidden `csrf` field whose value is the session's CSRF secret; every POST
-//! handler compares it (in constant time) with the one inside the verified cookie before it does anything,
-//! and refuses with 403 and changes nothing when they differ — a synchronizer token whose server-side copy
-//! travels in the signed cookie. Together with `SameSite=Strict` a forged cross-site form has neither the
-//! cookie nor the token. The sign-in form has no session yet: a sign-in posted from another site (which
-//! would sign the browser in as the attacker) is refused by the browser's own `Sec-Fetch-Site` header.
+//! **The cookie** is `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page sends it).
+//! With `server.https = true` it is `__Host-herald_session`, `Secure`, `Path=/` — the prefix makes the
+//! browser refuse it from plain http or from another host; without, `herald_session`, `Path=/console`,
+//! and `Secure` when the request came through a proxy that says it was https (`X-Forwarded-Proto`).
+//!
+//! **CSRF.** Every form carries a hidden `csrf` field whose value is the session's CSRF secret (stored
+//! with the session); every POST handler compares it in constant time before it does anything, and
+//! refuses with 403 and changes nothing when they differ. Together with `SameSite=Strict` a forged
+//! cross-site form has neither the cookie nor the token. The sign-in forms have no session yet: a sign-in
+//! posted from another site (which would sign the browser in as someone else) is refused by the
+//! browser's own `Sec-Fetch-Site` header.
 
 use axum::http::{header, HeaderMap};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-use hmac::{Hmac, Mac};
-use rand::RngCore as _;
-use sha2::Sha256;
+use herald_ports::{SessionRole, StoredSession};
 use subtle::ConstantTimeEq as _;
 
-type HmacSha256 = Hmac<Sha256>;
-
-/// The session cookie's name.
+/// The session cookie's name without `server.https`.
 pub const SESSION_COOKIE: &str = "herald_session";
-/// How long a session lasts.
-pub const SESSION_SECONDS: i64 = 8 * 3600;
+/// The session cookie's name with `server.https`.
+pub const HOST_SESSION_COOKIE: &str = "__Host-herald_session";
 
 /// Who a session belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,98 +39,73 @@ pub enum Role {
     User(String),
 }
 
-/// A verified session.
+/// A session that stands, as the pages use it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session {
     pub role: Role,
-    /// Unix seconds.
-    pub expires: i64,
     /// The CSRF secret forms must echo (hex, 32 characters).
     pub csrf: String,
+    pub stored: StoredSession,
+}
+
+impl From<StoredSession> for Session {
+    fn from(stored: StoredSession) -> Self {
+        let role = match &stored.role {
+            SessionRole::Operator => Role::Operator,
+            SessionRole::User(user) => Role::User(user.as_str().to_owned()),
+        };
+        Session { role, csrf: stored.csrf.clone(), stored }
+    }
 }
 
 impl Session {
-    /// A new session for `role`, expiring [`SESSION_SECONDS`] after `now` (Unix seconds).
-    #[must_use]
-    pub fn new(role: Role, now: i64) -> Session {
-        let mut bytes = [0u8; 16];
-        rand::thread_rng().fill_bytes(&mut bytes);
-        let csrf = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        Session { role, expires: now + SESSION_SECONDS, csrf }
-    }
-
-    fn payload(&self) -> String {
-        let who = match &self.role {
-            Role::Operator => "o".to_owned(),
-            Role::User(user) => format!("u:{}", URL_SAFE_NO_PAD.encode(user)),
-        };
-        format!("{who}|{}|{}", self.expires, self.csrf)
-    }
-
-    /// The signed cookie value.
-    #[must_use]
-    pub fn encode(&self, key: &[u8; 32]) -> String {
-        let payload = self.payload();
-        let tag = mac(key, payload.as_bytes());
-        format!("v1.{}.{}", URL_SAFE_NO_PAD.encode(payload), URL_SAFE_NO_PAD.encode(tag))
-    }
-
-    /// The session in a cookie value, if its MAC is valid and it has not expired at `now`.
-    #[must_use]
-    pub fn decode(value: &str, key: &[u8; 32], now: i64) -> Option<Session> {
-        let rest = value.strip_prefix("v1.")?;
-        let (payload_b64, tag_b64) = rest.split_once('.')?;
-        let payload = URL_SAFE_NO_PAD.decode(payload_b64).ok()?;
-        let tag = URL_SAFE_NO_PAD.decode(tag_b64).ok()?;
-        let mut verifier = HmacSha256::new_from_slice(key).ok()?;
-        verifier.update(&payload);
-        verifier.verify_slice(&tag).ok()?;
-        let payload = String::from_utf8(payload).ok()?;
-        let mut parts = payload.split('|');
-        let who = parts.next()?;
-        let expires: i64 = parts.next()?.parse().ok()?;
-        let csrf = parts.next()?.to_owned();
-        if parts.next().is_some() || expires <= now || csrf.len() != 32 {
-            return None;
-        }
-        let role = match who {
-            "o" => Role::Operator,
-            user => Role::User(String::from_utf8(URL_SAFE_NO_PAD.decode(user.strip_prefix("u:")?).ok()?).ok()?),
-        };
-        Some(Session { role, expires, csrf })
-    }
-
     /// Whether a form's `csrf` field matches this session's secret (constant time).
     #[must_use]
     pub fn csrf_ok(&self, presented: &str) -> bool {
         presented.len() == self.csrf.len() && bool::from(presented.as_bytes().ct_eq(self.csrf.as_bytes()))
     }
+}
 
-    /// The `Set-Cookie` value that stores this session.
+/// How the session cookie is written: its name, path and whether it is `Secure`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CookieRules {
+    /// `server.https`.
+    pub https: bool,
+    /// The request came through a proxy that says it was https.
+    pub forwarded_tls: bool,
+}
+
+impl CookieRules {
+    /// The name the session cookie has under these rules.
     #[must_use]
-    pub fn set_cookie(&self, key: &[u8; 32], now: i64, secure: bool) -> String {
-        format!(
-            "{SESSION_COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{}",
-            self.encode(key),
-            (self.expires - now).max(0),
-            if secure { "; Secure" } else { "" }
-        )
+    pub fn name(self) -> &'static str {
+        if self.https {
+            HOST_SESSION_COOKIE
+        } else {
+            SESSION_COOKIE
+        }
     }
-}
 
-/// The `Set-Cookie` value that ends a session.
-#[must_use]
-pub fn clear_cookie(secure: bool) -> String {
-    format!(
-        "{SESSION_COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0{}",
-        if secure { "; Secure" } else { "" }
-    )
-}
+    fn attributes(self, max_age: i64) -> String {
+        if self.https {
+            format!("Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={max_age}")
+        } else {
+            let secure = if self.forwarded_tls { "; Secure" } else { "" };
+            format!("Path=/console; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
+        }
+    }
 
-fn mac(key: &[u8; 32], payload: &[u8]) -> Vec<u8> {
-    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
-    mac.update(payload);
-    mac.finalize().into_bytes().to_vec()
+    /// The `Set-Cookie` value that stores a session id for `max_age` seconds.
+    #[must_use]
+    pub fn set(self, id: &str, max_age: i64) -> String {
+        format!("{}={id}; {}", self.name(), self.attributes(max_age.max(0)))
+    }
+
+    /// The `Set-Cookie` value that removes the session cookie.
+    #[must_use]
+    pub fn clear(self) -> String {
+        format!("{}=; {}", self.name(), self.attributes(0))
+    }
 }
 
 /// A cookie's value from the request headers.
@@ -147,7 +121,7 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|(_, v)| v.to_owned())
 }
 
-/// Whether the request reached us over TLS (directly or through a proxy that says so).
+/// Whether the request reached us over TLS (through a proxy that says so).
 #[must_use]
 pub fn is_tls(headers: &HeaderMap) -> bool {
     headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("https"))
@@ -155,31 +129,37 @@ pub fn is_tls(headers: &HeaderMap) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use herald_domain::{Timestamp, UserId};
+    use herald_ports::Credential;
+
     use super::*;
 
-    const KEY: [u8; 32] = [7; 32];
-
     #[test]
-    fn a_session_round_trips_and_refuses_tampering_expiry_and_other_keys() {
-        let s = Session::new(Role::User("alice|o".into()), 1000);
-        let value = s.encode(&KEY);
-        assert_eq!(Session::decode(&value, &KEY, 1001), Some(s.clone()));
-        assert_eq!(Session::decode(&value, &KEY, s.expires), None, "expired");
-        assert_eq!(Session::decode(&value, &[8; 32], 1001), None, "another key");
-        let forged = Session { role: Role::Operator, ..s.clone() }.payload();
-        let forged = format!("v1.{}.{}", URL_SAFE_NO_PAD.encode(forged), value.rsplit('.').next().unwrap());
-        assert_eq!(Session::decode(&forged, &KEY, 1001), None, "changed payload");
-        assert!(s.csrf_ok(&s.csrf));
-        assert!(!s.csrf_ok("0".repeat(32).as_str()));
-        assert!(!s.csrf_ok(""));
+    fn the_cookie_is_http_only_strict_and_host_bound_over_https() {
+        let plain = CookieRules { https: false, forwarded_tls: false }.set("abc", 28_800);
+        assert_eq!(plain, "herald_session=abc; Path=/console; HttpOnly; SameSite=Strict; Max-Age=28800");
+        let proxied = CookieRules { https: false, forwarded_tls: true }.set("abc", 60);
+        assert!(proxied.ends_with("; Secure"));
+        let https = CookieRules { https: true, forwarded_tls: false }.set("abc", 60);
+        assert_eq!(https, "__Host-herald_session=abc; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age=60");
+        assert!(CookieRules { https: true, forwarded_tls: false }.clear().contains("Max-Age=0"));
     }
 
     #[test]
-    fn the_cookie_is_http_only_strict_and_secure_on_tls() {
-        let s = Session::new(Role::Operator, 0);
-        let plain = s.set_cookie(&KEY, 0, false);
-        assert!(plain.contains("HttpOnly") && plain.contains("SameSite=Strict") && plain.contains("Max-Age=28800"));
-        assert!(!plain.contains("Secure"));
-        assert!(s.set_cookie(&KEY, 0, true).ends_with("; Secure"));
+    fn csrf_tokens_compare_exactly() {
+        let stored = StoredSession {
+            id_digest: [1; 32],
+            role: SessionRole::User(UserId::new("alice")),
+            credential: Credential::SignInLink { digest: [2; 32] },
+            csrf: "0123456789abcdef0123456789abcdef".to_owned(),
+            created_at: Timestamp(0),
+            last_seen_at: Timestamp(0),
+            expires_at: Timestamp(1),
+        };
+        let session = Session::from(stored);
+        assert_eq!(session.role, Role::User("alice".into()));
+        assert!(session.csrf_ok("0123456789abcdef0123456789abcdef"));
+        assert!(!session.csrf_ok("0123456789abcdef0123456789abcdee"));
+        assert!(!session.csrf_ok(""));
     }
 }

@@ -227,10 +227,11 @@ async fn a_destination_is_stored_encrypted_and_never_answered() {
     assert_eq!((off["enabled"].as_bool(), off["has_destination"].as_bool()), (Some(false), Some(true)));
     assert!(off["version"].as_i64().unwrap() > version);
 
-    // Enabling a channel with no stored destination needs one; a refused change echoes nothing secret.
+    // Enabling a channel with no stored destination needs one: a refusal that depends on what is stored,
+    // so a 409 naming the field (the request itself is valid). A refused change echoes nothing secret.
     let _ = refused(
         &world,
-        StatusCode::UNPROCESSABLE_ENTITY,
+        StatusCode::CONFLICT,
         Some("destination"),
         api.put("/v1/users/alice/channels/sms", Some(&token), &json!({"enabled": true})),
     )
@@ -496,7 +497,10 @@ async fn operations_endpoints() {
 
     world.user("m", &["push"]).await.unwrap();
     api.post("/v1/notifications", SVC, &submission("m", "ord-11")).await.ok(StatusCode::CREATED);
-    let metrics = api.get("/metrics", None).await;
+    // On the API listener a scrape needs a metrics or an admin token.
+    let _ = api.get("/metrics", None).await.problem(StatusCode::UNAUTHORIZED);
+    let _ = api.get("/metrics", SVC).await.problem(StatusCode::UNAUTHORIZED);
+    let metrics = api.get("/metrics", ADMIN).await;
     assert_eq!(metrics.status, StatusCode::OK);
     assert_eq!(metrics.content_type(), "text/plain");
     assert!(metrics.text.contains("herald_submissions_total{result=\"created\"}"), "{}", metrics.text);

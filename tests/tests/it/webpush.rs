@@ -302,7 +302,7 @@ async fn the_api_stores_only_a_push_subscription_and_shows_an_expired_one() {
     assert_eq!(doc["status"], "subscription expired", "{doc}");
     assert_eq!(doc["enabled"], false);
     let answer = api.put(path, Some(&token), &json!({"enabled": true})).await;
-    let message = answer.field_problem(StatusCode::UNPROCESSABLE_ENTITY, "destination");
+    let message = answer.field_problem(StatusCode::CONFLICT, "destination");
     assert!(message.contains("subscribe again"), "an expired subscription is not switched on again: {message}");
 
     let answer = api.put(path, Some(&token), &json!({"destination": peer.subscribe(), "enabled": true})).await;

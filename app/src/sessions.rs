@@ -1,0 +1,281 @@
+//! The use cases of signing in to the console: open a session for a credential, find the session a
+//! cookie names (ending it when it no longer stands), sign out, list and end a person's sessions, and the
+//! one-time sign-in links that open a user's session without a token in a URL.
+//!
+//! A session's id is 32 random bytes, given to the browser (base64url) and never stored: the store keeps
+//! its SHA-256. A sign-in link's code likewise. Whether a session stands is the domain's decision
+//! (`herald_domain::judge_session`), from its times and whether the credential that opened it is still
+//! accepted — which only the authenticator, from the configuration, can say ([`Credentials`]).
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use herald_domain::{judge_session, session_end, Millis, SessionEnd, SessionPolicy, SessionVerdict, Timestamp, UserId};
+use herald_ports::sessions::Digest;
+use herald_ports::{Credential, NewSession, NewSignInLink, SessionOwner, SessionRole, StoreError, StoredSession};
+use rand::RngCore as _;
+use secrecy::{ExposeSecret as _, SecretString};
+use sha2::{Digest as _, Sha256};
+
+use crate::compose::Services;
+
+/// Says whether the configuration still accepts the credential that opened a session.
+pub trait Credentials: Send + Sync {
+    fn accepts(&self, credential: &Credential) -> bool;
+}
+
+/// How the console's sessions and links behave (`[console]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionSettings {
+    pub policy: SessionPolicy,
+    /// How long a sign-in link may wait to be used.
+    pub link_ttl: Millis,
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        SessionSettings { policy: SessionPolicy::DEFAULT, link_ttl: DEFAULT_LINK_TTL }
+    }
+}
+
+/// How long a sign-in link may wait to be used when nothing else is configured: fifteen minutes.
+pub const DEFAULT_LINK_TTL: Millis = Millis(15 * 60 * 1000);
+
+/// The SHA-256 of a secret text (a token, a session id, a link code).
+#[must_use]
+pub fn digest_of(secret: &str) -> Digest {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// 32 random bytes, base64url: a session id or a link code.
+fn random_secret() -> SecretString {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    SecretString::from(URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// Whether `text` has the form of a session id or link code (43 base64url characters), so that nothing
+/// else is hashed and looked up.
+#[must_use]
+pub fn well_formed(text: &str) -> bool {
+    text.len() == 43 && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// A session just opened: the id for the browser's cookie, and what is stored.
+pub struct Opened {
+    pub cookie: SecretString,
+    pub session: StoredSession,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened").field("role", &self.session.role).finish_non_exhaustive()
+    }
+}
+
+/// Opens a session of `role` for `credential`, ending at the policy's lifetime or the credential's own
+/// expiry, whichever is first.
+///
+/// # Errors
+/// Store failures.
+pub async fn open(
+    services: &Services,
+    policy: SessionPolicy,
+    role: SessionRole,
+    credential: Credential,
+) -> Result<Opened, StoreError> {
+    let now = services.clock.now().await?;
+    let cookie = random_secret();
+    let csrf = {
+        let mut bytes = [0u8; 16];
+        rand::thread_rng().fill_bytes(&mut bytes);
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let new = NewSession {
+        id_digest: digest_of(cookie.expose_secret()),
+        role,
+        expires_at: session_end(policy, now, credential.expires_at()),
+        credential,
+        csrf,
+        created_at: now,
+    };
+    services.sessions.open_session(&new).await?;
+    tracing::info!(role = role_name(&new.role), "console session opened");
+    let session = StoredSession {
+        id_digest: new.id_digest,
+        role: new.role,
+        credential: new.credential,
+        csrf: new.csrf,
+        created_at: now,
+        last_seen_at: now,
+        expires_at: new.expires_at,
+    };
+    Ok(Opened { cookie, session })
+}
+
+fn role_name(role: &SessionRole) -> &'static str {
+    match role {
+        SessionRole::Operator => "operator",
+        SessionRole::User(_) => "user",
+    }
+}
+
+/// What a cookie's session is now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// The session stands.
+    Live(StoredSession),
+    /// It stood until this request found it over: it is ended now, for this reason.
+    Ended(SessionEnd),
+    /// No such session (never opened, ended before, or not an id at all).
+    None,
+}
+
+/// The session a cookie names, judged at the store's `now`: one that no longer stands is ended here with
+/// its reason (so that every process sees it ended); one that stands gets its last use written when the
+/// record is stale.
+///
+/// # Errors
+/// Store failures.
+pub async fn find(
+    services: &Services,
+    credentials: &dyn Credentials,
+    policy: SessionPolicy,
+    cookie: &str,
+) -> Result<Found, StoreError> {
+    if !well_formed(cookie) {
+        return Ok(Found::None);
+    }
+    let id = digest_of(cookie);
+    let Some(session) = services.sessions.live_session(&id).await? else { return Ok(Found::None) };
+    let now = services.clock.now().await?;
+    match judge_session(session.times(), credentials.accepts(&session.credential), policy, now) {
+        SessionVerdict::Live { touch } => {
+            if touch {
+                services.sessions.touch_session(&id, now).await?;
+            }
+            Ok(Found::Live(session))
+        }
+        SessionVerdict::Ended(end) => {
+            services.sessions.end_session(&id, end, now).await?;
+            tracing::info!(role = role_name(&session.role), reason = end.as_str(), "console session ended");
+            Ok(Found::Ended(end))
+        }
+    }
+}
+
+/// Ends the session of this id digest (sign-out, or its holder ending it from the list).
+///
+/// # Errors
+/// Store failures.
+pub async fn end(services: &Services, id_digest: &Digest, reason: SessionEnd) -> Result<bool, StoreError> {
+    let now = services.clock.now().await?;
+    let ended = services.sessions.end_session(id_digest, reason, now).await?;
+    if ended {
+        tracing::info!(reason = reason.as_str(), "console session ended");
+    }
+    Ok(ended)
+}
+
+/// Who owns a session, for listing and ending "my sessions": a user's sessions are all of that user's;
+/// an operator's are those opened with the same admin token.
+#[must_use]
+pub fn owner_of(session: &StoredSession) -> SessionOwner {
+    match &session.role {
+        SessionRole::User(user) => SessionOwner::User(user.clone()),
+        SessionRole::Operator => SessionOwner::Credential(*session.credential.digest()),
+    }
+}
+
+/// The sessions of the same owner as `session`, newest first.
+///
+/// # Errors
+/// Store failures.
+pub async fn list_own(services: &Services, session: &StoredSession) -> Result<Vec<StoredSession>, StoreError> {
+    services.sessions.sessions_of(&owner_of(session)).await
+}
+
+/// Ends one of the sessions of the same owner as `session`, named by its id digest; another owner's
+/// session (or an unknown one) is left alone and answers `false`.
+///
+/// # Errors
+/// Store failures.
+pub async fn end_own(services: &Services, session: &StoredSession, target: &Digest) -> Result<bool, StoreError> {
+    let owner = owner_of(session);
+    let Some(target) = services.sessions.sessions_of(&owner).await?.into_iter().find(|s| &s.id_digest == target) else {
+        return Ok(false);
+    };
+    end(services, &target.id_digest, SessionEnd::EndedByHolder).await
+}
+
+/// Ends every session of `owner` (`herald sessions end`).
+///
+/// # Errors
+/// Store failures.
+pub async fn end_all(services: &Services, owner: &SessionOwner) -> Result<u64, StoreError> {
+    let now = services.clock.now().await?;
+    let ended = services.sessions.end_sessions(owner, SessionEnd::EndedByOperator, now).await?;
+    tracing::info!(ended, "console sessions ended by an operator");
+    Ok(ended)
+}
+
+/// A one-time sign-in link just made: its code (for the URL) and when it stops working.
+pub struct Link {
+    pub code: SecretString,
+    pub expires_at: Timestamp,
+}
+
+impl Link {
+    /// The link's path and query, to be put after the installation's address.
+    #[must_use]
+    pub fn path(&self) -> String {
+        format!("/console/login/user?code={}", self.code.expose_secret())
+    }
+}
+
+/// Makes a one-time sign-in link for `user`, valid for `ttl`.
+///
+/// # Errors
+/// Store failures.
+pub async fn create_link(services: &Services, user: &UserId, ttl: Millis) -> Result<Link, StoreError> {
+    let now = services.clock.now().await?;
+    let code = random_secret();
+    let expires_at = now + ttl;
+    let link =
+        NewSignInLink { code_digest: digest_of(code.expose_secret()), user: user.clone(), created_at: now, expires_at };
+    services.sessions.create_sign_in_link(&link).await?;
+    tracing::info!("console sign-in link created");
+    Ok(Link { code, expires_at })
+}
+
+/// Burns a sign-in link and opens its user's session: `None` when the code is unknown, used or expired.
+///
+/// # Errors
+/// Store failures.
+pub async fn redeem_link(services: &Services, policy: SessionPolicy, code: &str) -> Result<Option<Opened>, StoreError> {
+    if !well_formed(code) {
+        return Ok(None);
+    }
+    let digest = digest_of(code);
+    let now = services.clock.now().await?;
+    let Some(user) = services.sessions.redeem_sign_in_link(&digest, now).await? else {
+        tracing::info!("console sign-in link refused (unknown, used or expired)");
+        return Ok(None);
+    };
+    open(services, policy, SessionRole::User(user), Credential::SignInLink { digest }).await.map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_well_formed_and_distinct() {
+        let (a, b) = (random_secret(), random_secret());
+        assert!(well_formed(a.expose_secret()) && well_formed(b.expose_secret()));
+        assert_ne!(a.expose_secret(), b.expose_secret());
+        assert!(!well_formed(""));
+        assert!(!well_formed(&"a".repeat(42)));
+        assert!(!well_formed(&format!("{}=", "a".repeat(42))));
+        assert_ne!(digest_of(a.expose_secret()), digest_of(b.expose_secret()));
+    }
+}
