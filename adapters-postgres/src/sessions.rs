@@ -16,7 +16,7 @@ use crate::store::PgStore;
 const KEEP_ENDED: &str = "7 days";
 
 const SESSION_COLUMNS: &str = "id_digest, user_id, role, credential_kind, credential_digest, credential_key, \
-     credential_expires_at, csrf, created_at, last_seen_at, expires_at";
+     credential_expires_at, csrf, created_at, last_seen_at, expires_at, ended_reason";
 
 #[derive(sqlx::FromRow)]
 struct SessionRow {
@@ -31,6 +31,7 @@ struct SessionRow {
     created_at: DateTime<Utc>,
     last_seen_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
+    ended_reason: Option<String>,
 }
 
 fn digest(bytes: &[u8]) -> Result<Digest, StoreError> {
@@ -65,6 +66,12 @@ impl TryFrom<SessionRow> for StoredSession {
             created_at: from_db(row.created_at),
             last_seen_at: from_db(row.last_seen_at),
             expires_at: from_db(row.expires_at),
+            ended: row
+                .ended_reason
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|e| StoreError::Unknown(anyhow::Error::new(e)))?,
         })
     }
 }
@@ -123,14 +130,13 @@ impl SessionStore for PgStore {
         Ok(())
     }
 
-    async fn live_session(&self, id_digest: &Digest) -> Result<Option<StoredSession>, StoreError> {
-        let row: Option<SessionRow> = sqlx::query_as(&format!(
-            "SELECT {SESSION_COLUMNS} FROM console_session WHERE id_digest = $1 AND ended_at IS NULL"
-        ))
-        .bind(id_digest.as_slice())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(store_error)?;
+    async fn session(&self, id_digest: &Digest) -> Result<Option<StoredSession>, StoreError> {
+        let row: Option<SessionRow> =
+            sqlx::query_as(&format!("SELECT {SESSION_COLUMNS} FROM console_session WHERE id_digest = $1"))
+                .bind(id_digest.as_slice())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
         row.map(StoredSession::try_from).transpose()
     }
 

@@ -108,6 +108,7 @@ pub async fn open(
         created_at: now,
         last_seen_at: now,
         expires_at: new.expires_at,
+        ended: None,
     };
     Ok(Opened { cookie, session })
 }
@@ -124,15 +125,16 @@ fn role_name(role: &SessionRole) -> &'static str {
 pub enum Found {
     /// The session stands.
     Live(StoredSession),
-    /// It stood until this request found it over: it is ended now, for this reason.
+    /// It is over, for this reason: ended before (signed out, ended from another browser, by an operator),
+    /// or found over by this request and ended now.
     Ended(SessionEnd),
     /// No such session (never opened, ended before, or not an id at all).
     None,
 }
 
-/// The session a cookie names, judged at the store's `now`: one that no longer stands is ended here with
-/// its reason (so that every process sees it ended); one that stands gets its last use written when the
-/// record is stale.
+/// The session a cookie names, judged at the store's `now`: one ended before says why; one that no longer
+/// stands is ended here with its reason (so that every process sees it ended); one that stands gets its
+/// last use written when the record is stale.
 ///
 /// # Errors
 /// Store failures.
@@ -146,7 +148,10 @@ pub async fn find(
         return Ok(Found::None);
     }
     let id = digest_of(cookie);
-    let Some(session) = services.sessions.live_session(&id).await? else { return Ok(Found::None) };
+    let Some(session) = services.sessions.session(&id).await? else { return Ok(Found::None) };
+    if let Some(end) = session.ended {
+        return Ok(Found::Ended(end));
+    }
     let now = services.clock.now().await?;
     match judge_session(session.times(), credentials.accepts(&session.credential), policy, now) {
         SessionVerdict::Live { touch } => {

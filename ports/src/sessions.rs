@@ -65,7 +65,7 @@ pub struct NewSession {
     pub expires_at: Timestamp,
 }
 
-/// A stored session that has not been ended.
+/// A stored session.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredSession {
     pub id_digest: Digest,
@@ -75,6 +75,8 @@ pub struct StoredSession {
     pub created_at: Timestamp,
     pub last_seen_at: Timestamp,
     pub expires_at: Timestamp,
+    /// Why it was ended, when it was.
+    pub ended: Option<SessionEnd>,
 }
 
 impl StoredSession {
@@ -115,8 +117,8 @@ pub trait SessionStore: Send + Sync {
     /// Stores a new session. Sessions that ended or expired long ago MAY be removed on the way.
     async fn open_session(&self, session: &NewSession) -> Result<(), StoreError>;
 
-    /// The session with this id digest, if it exists and has not been ended.
-    async fn live_session(&self, id_digest: &Digest) -> Result<Option<StoredSession>, StoreError>;
+    /// The session with this id digest, ended or not (an ended one says why), while its row is kept.
+    async fn session(&self, id_digest: &Digest) -> Result<Option<StoredSession>, StoreError>;
 
     /// Records a use of the session at `now`.
     async fn touch_session(&self, id_digest: &Digest, now: Timestamp) -> Result<(), StoreError>;

@@ -314,6 +314,38 @@ async fn journey_sign_in_is_required_for_every_console_page() {
     b.close().await;
 }
 
+/// A person signed in on two browsers sees both sessions and ends the other one from the first: the
+/// other browser is signed out at its next click, and says why; in Chinese as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journey_a_person_ends_a_session_of_another_browser() {
+    let _one = serial().await;
+    let (_world, api) = world_and_api().await;
+    let laptop = Browser::start(&api.base, "en-US", secrets(&[])).await;
+    let phone = Browser::start(&api.base, "zh-CN", secrets(&[])).await;
+    laptop.sign_in_user(&api, "hana").await;
+    phone.sign_in_user(&api, "hana").await;
+    let page = laptop.goto("/console/me/sessions").await;
+    assert_eq!(laptop.title().await, "Your sessions — Herald console");
+    assert_eq!(page.matches("End session").count(), 3, "two sessions, and the hidden column header: {page}");
+    assert!(page.contains("this browser") && page.contains("a sign-in link"), "{page}");
+    laptop.screenshot("30-sessions.png").await;
+    let zh = phone.goto("/console/me/sessions").await;
+    assert!(zh.contains("你的会话") && zh.contains("当前浏览器"), "{zh}");
+    phone.screenshot("31-sessions-zh.png").await;
+
+    // The laptop ends the session that is not its own.
+    let page = laptop.click("tbody tr:not(.current) button[type=submit]").await;
+    assert!(page.contains("The session was ended."), "{page}");
+    let page = phone.goto("/console/me/inbox").await;
+    assert_eq!(phone.path().await, "/console/login", "the phone is signed out at its next request");
+    assert!(page.contains("请重新登录"), "it says so: {page}");
+    let page = laptop.goto("/console/me/inbox").await;
+    assert_eq!(laptop.path().await, "/console/me/inbox", "{page}");
+    println!("journey sessions: passed");
+    laptop.close().await;
+    phone.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_recipient_a_fails_while_b_succeeds_both_shown_in_english_and_chinese() {
     let _one = serial().await;

@@ -163,7 +163,7 @@ pub fn sessions(w: &Words, session: &Session, list: &[herald_ports::StoredSessio
             } }
             tbody {
                 @for other in list {
-                    tr {
+                    tr.current[other.id_digest == session.stored.id_digest] {
                         td {
                             (moment(other.created_at))
                             @if other.id_digest == session.stored.id_digest { " (" (w.session_this) ")" }

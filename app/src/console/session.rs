@@ -155,6 +155,7 @@ mod tests {
             created_at: Timestamp(0),
             last_seen_at: Timestamp(0),
             expires_at: Timestamp(1),
+            ended: None,
         };
         let session = Session::from(stored);
         assert_eq!(session.role, Role::User("alice".into()));

@@ -122,7 +122,7 @@ async fn signing_out_ends_the_session_on_the_server_so_a_copied_cookie_opens_not
 
     let out = post(&api, "/console/logout", Some(&cookie), &format!("csrf={}", page.csrf())).await;
     assert_eq!((out.status, out.location.as_str()), (StatusCode::SEE_OTHER, "/console/login?bye=1"));
-    sent_to_sign_in(&get(&api, "/console/overview", &copied).await, "required");
+    sent_to_sign_in(&get(&api, "/console/overview", &copied).await, "ended=signed_out");
     let ended: Option<String> = sqlx::query_scalar("SELECT max(ended_reason) FROM console_session")
         .fetch_one(world.db.store.pool())
         .await
@@ -160,7 +160,7 @@ async fn an_admin_token_removed_from_the_configuration_ends_every_session_it_ope
     sent_to_sign_in(&get(&after, "/console/overview", &removed).await, "ended=credential_revoked");
     assert_eq!(get(&after, "/console/overview", &kept).await.status, StatusCode::OK);
     // Ended for every process, also one that still lists the token.
-    sent_to_sign_in(&get(&before, "/console/overview", &removed).await, "required");
+    sent_to_sign_in(&get(&before, "/console/overview", &removed).await, "ended=credential_revoked");
     let page = request(&before, Method::GET, "/console/login?ended=credential_revoked", None, None, "none").await;
     assert!(page.body.contains("no longer accepted"), "the sign-in page says why: {}", page.body);
 }
@@ -215,7 +215,7 @@ async fn a_person_sees_their_sessions_and_ends_one_from_another_browser() {
         post(&api, "/console/me/sessions/end", Some(&laptop), &format!("csrf={}&session={phone_digest}", page.csrf()))
             .await;
     assert_eq!((ended.status, ended.location.as_str()), (StatusCode::SEE_OTHER, "/console/me/sessions?notice=ended"));
-    sent_to_sign_in(&get(&api, "/console/me/inbox", &phone).await, "required");
+    sent_to_sign_in(&get(&api, "/console/me/inbox", &phone).await, "ended=ended_by_holder");
     assert_eq!(get(&api, "/console/me/inbox", &laptop).await.status, StatusCode::OK);
 
     // Another person's session cannot be ended from here, even by its digest.
@@ -232,7 +232,7 @@ async fn a_person_sees_their_sessions_and_ends_one_from_another_browser() {
     let ended =
         herald_app::sessions::end_all(&services, &herald_ports::SessionOwner::User("bea".into())).await.unwrap();
     assert_eq!(ended, 1, "the laptop's");
-    sent_to_sign_in(&get(&api, "/console/me/inbox", &laptop).await, "required");
+    sent_to_sign_in(&get(&api, "/console/me/inbox", &laptop).await, "ended=ended_by_operator");
 }
 
 #[tokio::test]
