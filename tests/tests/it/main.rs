@@ -16,6 +16,7 @@ mod facts;
 mod idempotency;
 mod keys_cli;
 mod manual;
+mod preferences;
 mod processes;
 mod production;
 mod references;
