@@ -132,17 +132,21 @@ impl EmailChannel {
         format!("<ntf-{reference}@{}>", self.from.domain())
     }
 
-    /// The message as it goes on the wire (ASCII: lettre encodes a non-ASCII text or subject).
+    /// The message as it goes on the wire (ASCII: lettre encodes a non-ASCII text or subject), every line
+    /// ending CRLF ([`crlf_line_endings`]).
     fn format(&self, to: Address, message: &OutboundMessage) -> Result<Vec<u8>, Classified> {
+        // The text's own line breaks, whatever they were, as LF (lettre turns LF into CRLF), so that lettre
+        // chooses the body's encoding from the lines the reader will see.
+        let text = message.text.replace("\r\n", "\n").replace('\r', "\n");
         let email = lettre::Message::builder()
             .from(Mailbox::new(None, self.from.clone()))
             .to(Mailbox::new(None, to))
             .subject(self.subject.as_str())
             .message_id(Some(self.message_id(&message.reference)))
             .header(ContentType::TEXT_PLAIN)
-            .body(message.text.clone())
+            .body(text)
             .map_err(|_| rejected("the message could not be built"))?;
-        Ok(email.formatted())
+        Ok(crlf_line_endings(&email.formatted()))
     }
 
     /// One send, step by step; `Err` is the classified end of a send that stopped early.
@@ -214,6 +218,29 @@ impl EmailChannel {
             .fold(TlsParameters::builder(self.host.clone()), |b, root| b.add_root_certificate(root));
         builder.build().map_err(|_| classify_smtp(stage, SmtpEvent::Broken))
     }
+}
+
+/// `message` with every line ending CRLF: a bare CR or a bare LF anywhere (headers or body) becomes CRLF.
+///
+/// What goes into DATA must not hold a bare CR or LF (RFC 5321 §2.3.8): a relay that takes one for a line
+/// end sees different lines than the next hop, and `<LF>.<CR><LF>` or `<CR>.<CR><LF>` in a body is then
+/// the end of the message for one of them and text for the other — SMTP smuggling, a second message
+/// under Herald's name. lettre turns a text's bare LF into CRLF but leaves a bare CR as it is, and its
+/// dot-stuffing sees only CRLF line starts; after this pass every line start is one it sees.
+fn crlf_line_endings(message: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(message.len() + message.len() / 32);
+    let mut bytes = message.iter().copied().peekable();
+    while let Some(byte) = bytes.next() {
+        match byte {
+            b'\r' => {
+                bytes.next_if_eq(&b'\n');
+                out.extend_from_slice(b"\r\n");
+            }
+            b'\n' => out.extend_from_slice(b"\r\n"),
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Runs one step under the deadline and says what it saw, for [`classify_smtp`].
@@ -319,5 +346,65 @@ mod tests {
         assert_eq!(channel.message_id("r-1"), "<ntf-r-1@notify.example.org>");
         let debug = format!("{channel:?}");
         assert!(debug.starts_with("EmailChannel"), "{debug}");
+    }
+
+    /// Whether every CR in `bytes` starts a CRLF and every LF ends one.
+    fn only_crlf(bytes: &[u8]) -> bool {
+        bytes.iter().enumerate().all(|(i, byte)| match byte {
+            b'\r' => bytes.get(i + 1) == Some(&b'\n'),
+            b'\n' => i > 0 && bytes[i - 1] == b'\r',
+            _ => true,
+        })
+    }
+
+    #[test]
+    fn bare_cr_and_lf_become_crlf() {
+        let cases: [(&[u8], &[u8]); 7] = [
+            (b"a\rb", b"a\r\nb"),
+            (b"a\nb", b"a\r\nb"),
+            (b"a\r\nb", b"a\r\nb"),
+            (b"a\r\r\nb", b"a\r\n\r\nb"),
+            (b"a\n\rb", b"a\r\n\r\nb"),
+            (b"\r.\r\n", b"\r\n.\r\n"),
+            (b"end\r", b"end\r\n"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(crlf_line_endings(input), expected, "{:?}", String::from_utf8_lossy(input));
+        }
+    }
+
+    // Defect (issue 40): a bare CR in a body reached DATA unchanged (SMTP smuggling through relays that
+    // take a bare CR for a line end).
+    #[test]
+    fn the_message_has_no_bare_cr_or_lf_whatever_the_text() {
+        let mut config = ChannelConfig::new("mail", ChannelKind::Email, "");
+        config.host = Some("127.0.0.1".into());
+        config.tls = Some(SmtpTls::None);
+        config.from = Some("herald@notify.example.org".into());
+        let channel = EmailChannel::new(&config).expect("valid");
+        for text in ["one\rtwo", "one\ntwo", "a\r.\r\nMAIL FROM:<x@y.example>\r\n", "\n.\r\n", "ü\rü\n", "x\r\r\n\n\r"]
+        {
+            let message = OutboundMessage {
+                reference: "r-1".into(),
+                idempotency_key: herald_domain::IdempotencyKey::for_task("r-1"),
+                destination: secrecy::SecretString::from("alice@example.org"),
+                text: text.into(),
+                ttl_seconds: 60,
+            };
+            let to: Address = "alice@example.org".parse().expect("address");
+            let bytes = channel.format(to, &message).expect("formatted");
+            assert!(only_crlf(&bytes), "{text:?}: {:?}", String::from_utf8_lossy(&bytes));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_come_out_with_crlf_line_endings_only(input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let out = crlf_line_endings(&input);
+            proptest::prop_assert!(only_crlf(&out));
+            // Nothing but line endings changes: without CR and LF both are the same bytes.
+            let strip = |b: &[u8]| b.iter().copied().filter(|c| *c != b'\r' && *c != b'\n').collect::<Vec<_>>();
+            proptest::prop_assert_eq!(strip(&out), strip(&input));
+        }
     }
 }

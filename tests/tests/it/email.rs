@@ -288,3 +288,50 @@ fn an_unreadable_or_empty_ca_file_is_refused_naming_the_key() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Defect (issue 40): with `send_body = true` a bare CR in a notification body reached SMTP DATA unchanged —
+/// SMTP smuggling through a relay that takes a bare CR (or LF) for a line end: `<CR>.<CR><LF>` ends the
+/// message there, and what follows becomes commands under Herald's name. The body comes through the API as
+/// a service submits it; what aiosmtpd received holds no CR that does not start a CRLF and no LF that does
+/// not end one, the lines are the body's, and there is one message.
+#[tokio::test]
+async fn bare_cr_and_lf_in_a_body_reach_data_only_as_crlf() {
+    use herald_ports::NotificationStore as _;
+    use herald_tests::api::{Api, SERVICE_TOKEN};
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let Some(peer) = peer("accept").await else { return };
+    let world = world(&peer, |c| c.send_body = true).await;
+    let api = Api::start(&world).await.expect("api");
+    let body = "first\rsecond\nthird\r.\r\nMAIL FROM:<mallory@evil.example>\r\nRCPT TO:<victim@example.org>\r\n\
+                DATA\r\nsmuggled\n.\nlast\r";
+    let created = api
+        .post(
+            "/v1/notifications",
+            Some(SERVICE_TOKEN),
+            &json!({"user_id": "u1", "event_key": "smuggle-1", "body": body, "ttl_seconds": 3600}),
+        )
+        .await
+        .ok(StatusCode::CREATED);
+    let notification = world.notification_id(created["notification_id"].as_str().expect("id")).await.expect("id");
+    world.worker("w1", 60_000).drain(5).await.expect("drain");
+    let view = world.store.notification(notification).await.expect("view").expect("notification");
+    let task = view.tasks.iter().find(|t| t.channel.as_str() == "mail").expect("mail task");
+    assert_eq!(task.state, TaskState::Sent, "{task:?}");
+
+    let received = peer.received();
+    assert_eq!(received.len(), 1, "one message; nothing smuggled after it");
+    let data = received[0].data.as_bytes();
+    for (i, byte) in data.iter().enumerate() {
+        match byte {
+            b'\r' => assert_eq!(data.get(i + 1), Some(&b'\n'), "a bare CR at {i}: {:?}", received[0].data),
+            b'\n' => assert!(i > 0 && data[i - 1] == b'\r', "a bare LF at {i}: {:?}", received[0].data),
+            _ => {}
+        }
+    }
+    let lines: Vec<&str> = received[0].body().split("\r\n").collect();
+    for line in ["first", "second", "third", ".", "smuggled", "last"] {
+        assert!(lines.contains(&line), "{line:?} is a line of its own: {lines:?}");
+    }
+}
