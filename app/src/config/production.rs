@@ -1,7 +1,7 @@
 //! What `herald serve` and `herald worker` refuse before they touch a network: secrets anyone can read
-//! (the examples shipped in `example.toml`, or anything still saying "change-me" or "example"), tokens
-//! too short to resist guessing, and channels that would send destinations in the clear off this
-//! machine. `herald demo` makes its own secrets and is not checked; `herald init` writes a configuration
+//! (the examples shipped in `example.toml`, or anything still saying "change me", "example", "placeholder"
+//! or "replace me", in any case and spelling), tokens too short to resist guessing, and channels that would
+//! send destinations in the clear off this machine. `herald demo` makes its own secrets and is not checked; `herald init` writes a configuration
 //! that passes.
 
 use secrecy::ExposeSecret as _;
@@ -15,12 +15,13 @@ pub const MIN_TOKEN_BYTES: usize = 32;
 const EXAMPLE_KEYS: [&str; 2] =
     ["RiVDe6SbChsap9UdVGLSOi9XcCRdZeuvjTVR526lLkI=", "D4j39hnmP/PhK95xUzCtHFSUO7LbZnJthreWJ/kO4Eg="];
 
-/// Words that mark a placeholder secret.
-const PLACEHOLDERS: [&str; 2] = ["change-me", "example"];
+/// Words that mark a placeholder secret, compared with letters and digits only, in lower case: `change-me`,
+/// `ChangeMe`, `CHANGE_ME` and `change me` are one word.
+const PLACEHOLDERS: [&str; 4] = ["changeme", "example", "placeholder", "replaceme"];
 
 fn placeholder(secret: &str) -> bool {
-    let lower = secret.to_ascii_lowercase();
-    PLACEHOLDERS.iter().any(|word| lower.contains(word))
+    let folded: String = secret.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).collect();
+    PLACEHOLDERS.iter().any(|word| folded.contains(word))
 }
 
 /// Refuses what is unsafe for a service on a network, naming the key (never the value). `with_api`:
@@ -58,6 +59,11 @@ pub fn check(config: &Config, with_api: bool) -> Result<(), ConfigError> {
                 }
             }
         }
+        for (i, token) in auth.metrics_tokens.iter().enumerate() {
+            if placeholder(token.expose_secret()) {
+                return Err(ConfigError::new(format!("auth.metrics_tokens[{i}]"), format!("is a placeholder: {fix}")));
+            }
+        }
         for (i, key) in auth.user_token_keys.iter().enumerate() {
             if placeholder(key.secret.expose_secret()) {
                 return Err(ConfigError::new(auth.user_key_name(i), format!("is a placeholder: {fix}")));
@@ -65,6 +71,12 @@ pub fn check(config: &Config, with_api: bool) -> Result<(), ConfigError> {
         }
     }
     for channel in &config.channels {
+        if channel.password.as_ref().is_some_and(|password| placeholder(password.expose())) {
+            return Err(ConfigError::new(
+                format!("channel.{}.password", channel.name),
+                "is a placeholder: give the SMTP server's real password (or password_file)",
+            ));
+        }
         if channel.plain_http_off_loopback() {
             return Err(ConfigError::new(
                 format!("channel.{}.url", channel.name),

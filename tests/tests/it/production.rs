@@ -129,3 +129,52 @@ async fn a_worker_without_a_key_in_use_refuses_to_start_naming_it() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("k0") && stderr.contains("not loaded"), "{stderr}");
 }
+
+/// Variables that make `example.toml` pass every production check but the one a case is about.
+const GOOD_SECRETS: [(&str, &str); 5] = [
+    ("HERALD__KEYS__K1", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="),
+    ("HERALD__KEYS__K2", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="),
+    ("HERALD__AUTH__SERVICE_TOKENS", "a-service-token-of-at-least-32-bytes"),
+    ("HERALD__AUTH__ADMIN_TOKENS", "an-admin-token-of-at-least-32-bytes"),
+    ("HERALD__AUTH__USER_TOKEN_SECRET", "a-user-token-secret-of-some-length"),
+];
+
+fn example_with(overrides: &[(&str, &str)]) -> Config {
+    let mut vars: Vec<(&str, &str)> = GOOD_SECRETS.to_vec();
+    vars.retain(|(k, _)| !overrides.iter().any(|(o, _)| o.eq_ignore_ascii_case(k)));
+    vars.extend_from_slice(overrides);
+    Config::load(Some(std::path::Path::new(&example())), vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+        .expect("loads")
+}
+
+// Defect (issue 40): only the spelling "change-me" was a placeholder; "ChangeMe…" passed.
+#[test]
+fn placeholders_are_refused_in_any_case_and_spelling() {
+    production::check(&example_with(&[]), true).expect("the good secrets pass");
+    let cases = [
+        ("HERALD__AUTH__SERVICE_TOKENS", "ChangeMe-0123456789abcdef0123456789", "auth.service_tokens[0]"),
+        ("HERALD__AUTH__ADMIN_TOKENS", "CHANGE_ME_0123456789abcdef0123456789", "auth.admin_tokens[0]"),
+        ("HERALD__AUTH__USER_TOKEN_SECRET", "please Change Me before use", "auth.user_token_secret"),
+        ("HERALD__AUTH__USER_TOKEN_SECRET", "Placeholder-user-token-secret", "auth.user_token_secret"),
+        ("HERALD__AUTH__SERVICE_TOKENS", "ReplaceMe-0123456789abcdef0123456789", "auth.service_tokens[0]"),
+        ("HERALD__AUTH__ADMIN_TOKENS", "an-EXAMPLE-admin-token-0123456789abcdef", "auth.admin_tokens[0]"),
+        ("HERALD__AUTH__METRICS_TOKENS", "Change.Me.metrics", "auth.metrics_tokens[0]"),
+    ];
+    for (variable, value, key) in cases {
+        let refused = production::check(&example_with(&[(variable, value)]), true).expect_err(value);
+        let text = refused.to_string();
+        assert!(text.contains(key) && text.contains("placeholder"), "{value}: {text}");
+        assert!(!text.contains(value), "never the value: {text}");
+    }
+    let mail = [
+        ("HERALD__CHANNEL__3__NAME", "mail"),
+        ("HERALD__CHANNEL__3__KIND", "email"),
+        ("HERALD__CHANNEL__3__HOST", "127.0.0.1"),
+        ("HERALD__CHANNEL__3__TLS", "none"),
+        ("HERALD__CHANNEL__3__FROM", "herald@notify.example.org"),
+        ("HERALD__CHANNEL__3__USERNAME", "herald"),
+        ("HERALD__CHANNEL__3__PASSWORD", "ChangeMe123"),
+    ];
+    let refused = production::check(&example_with(&mail), false).expect_err("a placeholder SMTP password");
+    assert_eq!(refused.key, "channel.mail.password", "{refused}");
+}
