@@ -78,6 +78,10 @@ impl Channel for ConfiguredChannel {
         self.adapter.outbound_text(body, digest_count)
     }
 
+    fn check_destination(&self, destination: &str) -> Result<(), &'static str> {
+        self.adapter.check_destination(destination)
+    }
+
     async fn send(&self, message: &OutboundMessage) -> Classified {
         self.adapter.send(message).await
     }

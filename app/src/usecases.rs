@@ -259,8 +259,9 @@ pub fn check_destination(
         // No address, number or channel code has one; a stray one would only fail at the channel.
         return Err("must not contain control characters".to_owned());
     }
-    let Some(rules) = services.channels.get(channel) else { return Ok(()) };
-    herald_channels::kinds::check_destination(rules.contract.kind, text).map_err(str::to_owned)
+    // The channel's own check, with its settings (the egress guard of a Web Push channel).
+    let Ok(adapter) = adapter(services, channel) else { return Ok(()) };
+    adapter.check_destination(text).map_err(str::to_owned)
 }
 
 /// Sets a user's switch and, when given, a new destination — the one path of the API, the console and

@@ -982,6 +982,9 @@ mod tests {
         fn outbound_text(&self, body: &str, _: Option<u32>) -> String {
             body.to_owned()
         }
+        fn check_destination(&self, _: &str) -> Result<(), &'static str> {
+            Ok(())
+        }
         async fn send(&self, _: &OutboundMessage) -> Classified {
             let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
             self.most.fetch_max(now, Ordering::SeqCst);

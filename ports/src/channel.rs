@@ -37,6 +37,16 @@ pub trait Channel: Send + Sync {
     /// events). Channels configured with a privacy-safe `text` return it instead of the body.
     fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String;
 
+    /// Checks a destination before it is stored: what this channel would refuse to send to (not an
+    /// e-mail address, not a push subscription, an endpoint on a loopback or private address, …) is
+    /// refused when a user sets it, by every front end alike. MUST NOT do I/O (no name is resolved: a
+    /// channel that resolves names checks their addresses again when it sends). The reason MUST NOT
+    /// repeat the destination or any part of it.
+    ///
+    /// # Errors
+    /// A short reason, in words for the user who gave the destination.
+    fn check_destination(&self, destination: &str) -> Result<(), &'static str>;
+
     /// Sends one message. MUST NOT fail: every transport result is classified into an observation
     /// (a timeout is `TIMEOUT`, a refusal before acceptance `RETRYABLE_REJECT`, …). The detail MUST NOT
     /// contain the destination.

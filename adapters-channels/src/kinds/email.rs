@@ -283,6 +283,11 @@ impl Channel for EmailChannel {
         self.base.outbound_text(body, digest_count)
     }
 
+    /// One plain e-mail address ([`check_address`]).
+    fn check_destination(&self, destination: &str) -> Result<(), &'static str> {
+        check_address(destination).map(drop)
+    }
+
     #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
     async fn send(&self, message: &OutboundMessage) -> Classified {
         let deadline = Instant::now() + self.timeout;

@@ -16,8 +16,9 @@
 //! **Adding a kind** (e-mail, Web Push, …) is one new module here plus its rows elsewhere:
 //! * the module: a struct holding a `ChannelBase` and its transport (the HTTP kinds use `HttpTransport`
 //!   of the `http` module; SMTP brings its own), `new(&ChannelConfig)` building it through
-//!   `ChannelBase::new`, and `impl Channel` whose `send` reports what the transport saw and hands it to
-//!   the kind's classification, and whose `Debug` shows no destination (`ChannelBase::debug`);
+//!   `ChannelBase::new`, and `impl Channel` whose `check_destination` refuses what it would never send
+//!   to, whose `send` reports what the transport saw and hands it to the kind's classification, and whose
+//!   `Debug` shows no destination (`ChannelBase::debug`);
 //! * its configuration rows: the `ChannelKind` variant (its `kind = "…"` name) and its capability
 //!   (`Capability::of`) in `domain/src/contract.rs`, its defaults and settings in [`crate::config`], and its
 //!   line in [`crate::registry::ConfiguredChannel::new`], the one place a kind picks its adapter;
@@ -37,20 +38,6 @@ pub mod miaotixing;
 pub mod queryable;
 pub mod webhook;
 pub mod webpush;
-
-/// Checks a destination before it is stored (`PUT /v1/users/{u}/channels/{c}`): an e-mail address for
-/// `email`, a `PushSubscription` JSON for `webpush`; the other kinds take any text (a URL-safe code,
-/// a number) and leave the check to their channel.
-///
-/// # Errors
-/// A short reason that never repeats the destination.
-pub fn check_destination(kind: ChannelKind, destination: &str) -> Result<(), &'static str> {
-    match kind {
-        ChannelKind::Email => email::check_address(destination).map(drop),
-        ChannelKind::Webpush => webpush::Subscription::parse(destination).map(drop),
-        ChannelKind::Webhook | ChannelKind::Queryable | ChannelKind::Miaotixing => Ok(()),
-    }
-}
 
 /// A kind's adapter as the registry holds it: a [`Channel`] whose `Debug` output shows no destination
 /// and no URL path.

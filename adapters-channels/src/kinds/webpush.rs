@@ -327,6 +327,11 @@ impl Channel for WebpushChannel {
         self.base.outbound_text(body, digest_count)
     }
 
+    /// A `PushSubscription` JSON ([`Subscription::parse`]).
+    fn check_destination(&self, destination: &str) -> Result<(), &'static str> {
+        Subscription::parse(destination).map(drop)
+    }
+
     #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
     async fn send(&self, message: &OutboundMessage) -> Classified {
         let rejected = |detail: &str| Classified { observation: Observation::Rejected, detail: detail.to_owned() };

@@ -65,7 +65,7 @@ impl Mocks {
             store: Arc::new(self.store),
             prefs: Arc::new(self.prefs),
             sessions: Arc::new(herald_ports::sessions::MockSessionStore::new()),
-            registry: Arc::new(MockChannelRegistry::new()),
+            registry: Arc::new(webhook_registry()),
             cipher: Arc::new(self.cipher),
             clock: Arc::clone(&clock),
             auth: Arc::new(auth),
@@ -77,6 +77,22 @@ impl Mocks {
             body_limit: 4096,
         }
     }
+}
+
+/// The API asks the configured channel to check a destination before storing it: `push` is a webhook
+/// channel (it takes any text), built as the registry builds it.
+fn webhook_registry() -> MockChannelRegistry {
+    let mut registry = MockChannelRegistry::new();
+    registry.expect_get().returning(|name| {
+        let config = herald_channels::config::ChannelConfig::new(
+            "push",
+            herald_domain::ChannelKind::Webhook,
+            "http://127.0.0.1:9",
+        );
+        let push = herald_channels::ConfiguredChannel::new(&config).expect("a webhook channel");
+        (name.as_str() == "push").then(|| Arc::new(push) as Arc<dyn herald_ports::Channel>)
+    });
+    registry
 }
 
 struct Answer {

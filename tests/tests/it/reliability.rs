@@ -150,6 +150,10 @@ impl Channel for SlowToLeave {
         self.inner.outbound_text(body, digest_count)
     }
 
+    fn check_destination(&self, destination: &str) -> Result<(), &'static str> {
+        self.inner.check_destination(destination)
+    }
+
     async fn send(&self, message: &OutboundMessage) -> Classified {
         self.clock.advance(self.by);
         self.inner.send(message).await
