@@ -24,8 +24,9 @@
 //! is `is_connect()`, one after it is not.
 //!
 //! Redirects are never followed (a redirect is an answer we do not understand, not something to follow
-//! with the destination in the body) and no proxy from the environment is used (it would see
-//! destinations).
+//! with the destination in the body — nor a way around the egress guard) and no proxy from the
+//! environment is used (it would see destinations). A transport for destinations a user controls
+//! ([`HttpTransport::guarded`]) resolves names only through the egress guard (`crate::egress`).
 //!
 //! Nothing here formats a `reqwest::Error`: its `Display` names the URL, and details are fixed words
 //! from the classifier. The destination exists only inside the request body a kind module builds.
@@ -74,6 +75,27 @@ impl HttpTransport {
     /// # Errors
     /// A URL without a host, or a client that cannot be built.
     pub(crate) fn new(config: &ChannelConfig, connections: Connections) -> Result<Self, ConfigError> {
+        Self::build(config, connections, None)
+    }
+
+    /// As [`HttpTransport::new`], resolving names only through `guard` (`crate::egress`): the client
+    /// connects to exactly the addresses the guard checked. For destinations a user controls.
+    ///
+    /// # Errors
+    /// As [`HttpTransport::new`].
+    pub(crate) fn guarded(
+        config: &ChannelConfig,
+        connections: Connections,
+        guard: &crate::egress::Guard,
+    ) -> Result<Self, ConfigError> {
+        Self::build(config, connections, Some(guard.resolver()))
+    }
+
+    fn build(
+        config: &ChannelConfig,
+        connections: Connections,
+        resolver: Option<std::sync::Arc<crate::egress::GuardedResolver>>,
+    ) -> Result<Self, ConfigError> {
         let name = config.name.as_str();
         let host = endpoint(config, "")?.host_str().unwrap_or_default().to_owned();
         let mut builder = Client::builder()
@@ -84,6 +106,9 @@ impl HttpTransport {
             .user_agent(concat!("herald/", env!("CARGO_PKG_VERSION")));
         if connections == Connections::FreshPerCall {
             builder = builder.pool_max_idle_per_host(0);
+        }
+        if let Some(resolver) = resolver {
+            builder = builder.dns_resolver(resolver);
         }
         let client =
             builder.build().map_err(|_| ConfigError::new(name, "kind", "the HTTP client could not be built"))?;

@@ -13,6 +13,7 @@ use herald_domain::{ChannelKind, ChannelName, ChannelRules, Policy};
 use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
 
 use crate::config::{ChannelConfig, ConfigError};
+use crate::egress::Egress;
 use crate::kinds::email::EmailChannel;
 use crate::kinds::miaotixing::MiaotixingChannel;
 use crate::kinds::queryable::QueryableChannel;
@@ -31,17 +32,26 @@ pub struct ConfiguredChannel {
 pub type HttpChannel = ConfiguredChannel;
 
 impl ConfiguredChannel {
-    /// Validates `config` and builds the adapter of its kind.
+    /// Validates `config` and builds the adapter of its kind, with the default egress settings.
     ///
     /// # Errors
     /// An invalid setting (see [`ChannelConfig::validate`]), or a client that cannot be built.
     pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
+        Self::with_egress(config, &Egress::default())
+    }
+
+    /// As [`ConfiguredChannel::new`], with the installation's egress settings (`[egress]`), which guard the
+    /// kinds whose destination names a host a user chose (Web Push).
+    ///
+    /// # Errors
+    /// An invalid setting (see [`ChannelConfig::validate`]), or a client that cannot be built.
+    pub fn with_egress(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError> {
         let adapter: Box<dyn ChannelAdapter> = match config.kind {
             ChannelKind::Webhook => Box::new(WebhookChannel::new(config)?),
             ChannelKind::Queryable => Box::new(QueryableChannel::new(config)?),
             ChannelKind::Miaotixing => Box::new(MiaotixingChannel::new(config)?),
             ChannelKind::Email => Box::new(EmailChannel::new(config)?),
-            ChannelKind::Webpush => Box::new(WebpushChannel::new(config)?),
+            ChannelKind::Webpush => Box::new(WebpushChannel::with_egress(config, egress)?),
         };
         Ok(ConfiguredChannel { adapter, policy: None })
     }
@@ -109,14 +119,24 @@ pub struct HttpChannelRegistry {
 }
 
 impl HttpChannelRegistry {
-    /// Builds one [`ConfiguredChannel`] per `[[channel]]` entry.
+    /// Builds one [`ConfiguredChannel`] per `[[channel]]` entry, with the default egress settings.
     ///
     /// # Errors
     /// The first invalid entry, or a name configured twice (`channel.<name>.name`).
     pub fn from_configs(configs: &[ChannelConfig]) -> Result<Self, ConfigError> {
+        Self::from_configs_with_egress(configs, &Egress::default())
+    }
+
+    /// As [`HttpChannelRegistry::from_configs`], with the installation's egress settings (`[egress]`).
+    ///
+    /// # Errors
+    /// The first invalid entry, or a name configured twice (`channel.<name>.name`).
+    pub fn from_configs_with_egress(configs: &[ChannelConfig], egress: &Egress) -> Result<Self, ConfigError> {
         let channels = configs
             .iter()
-            .map(|config| ConfiguredChannel::new(config).map(|channel| Arc::new(channel) as Arc<dyn Channel>))
+            .map(|config| {
+                ConfiguredChannel::with_egress(config, egress).map(|channel| Arc::new(channel) as Arc<dyn Channel>)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Self::from_channels(channels)
     }

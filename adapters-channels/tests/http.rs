@@ -503,3 +503,165 @@ async fn retry_after_as_an_http_date_is_honoured() {
     assert_eq!(got.observation, retryable(Some(120)), "{got:?}");
     server.await.expect("server");
 }
+
+// The egress guard (SPEC §16) on the Web Push adapter: a subscription's endpoint is a user's choice of
+// where Herald connects, so every address it names or resolves to is checked, and the connection goes to
+// the address that was checked. `InternalService` listens on one port of every local address and records
+// the address each connection was made to.
+
+mod egress_guard {
+    use std::collections::VecDeque;
+    use std::io;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use herald_channels::config::{ChannelConfig, ConfigSecret};
+    use herald_channels::egress::{Cidr, Egress, Lookup};
+    use herald_channels::kinds::webpush::{VapidKey, WebpushChannel};
+    use herald_domain::classify::EGRESS_REFUSED;
+    use herald_domain::{ChannelKind, Observation};
+    use herald_ports::Channel;
+    use herald_standin::InternalService;
+    use secrecy::SecretString;
+
+    const P256DH: &str = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4";
+    const AUTH: &str = "BTBZMqHH6r4Tts7J_aSIgg";
+
+    fn subscription(endpoint: &str) -> String {
+        format!(r#"{{"endpoint":"{endpoint}","keys":{{"p256dh":"{P256DH}","auth":"{AUTH}"}}}}"#)
+    }
+
+    /// A resolver that gives its answers in turn (the last one again once they run out) and counts lookups.
+    struct Scripted {
+        answers: Mutex<VecDeque<Vec<IpAddr>>>,
+        calls: AtomicUsize,
+    }
+
+    impl Scripted {
+        fn new(answers: impl IntoIterator<Item = Vec<IpAddr>>) -> Arc<Scripted> {
+            Arc::new(Scripted { answers: Mutex::new(answers.into_iter().collect()), calls: AtomicUsize::new(0) })
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Lookup for Scripted {
+        async fn lookup(&self, _host: &str) -> io::Result<Vec<IpAddr>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let mut answers = self.answers.lock().expect("answers");
+            let answer = if answers.len() > 1 { answers.pop_front() } else { answers.front().cloned() };
+            Ok(answer.unwrap_or_default())
+        }
+    }
+
+    fn channel(egress: &Egress) -> WebpushChannel {
+        let mut config = ChannelConfig::new("browser", ChannelKind::Webpush, "");
+        config.vapid_private_key = Some(ConfigSecret::new(VapidKey::generate().0));
+        config.vapid_subject = Some("mailto:ops@example.org".into());
+        config.timeout_ms = 1_000;
+        WebpushChannel::with_egress(&config, egress).expect("valid channel")
+    }
+
+    async fn send(channel: &WebpushChannel, endpoint: &str) -> herald_domain::classify::Classified {
+        let mut message = super::message();
+        message.destination = SecretString::from(subscription(endpoint));
+        channel.send(&message).await
+    }
+
+    /// This machine's address on the way out (no packet is sent to find it), if it has one besides loopback.
+    fn own_address() -> Option<IpAddr> {
+        let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+        socket.connect("8.8.8.8:53").ok()?;
+        Some(socket.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    }
+
+    #[tokio::test]
+    async fn a_name_that_resolves_inward_is_refused_and_nothing_is_connected_to() {
+        let internal = InternalService::start().await.expect("listener");
+        let port = internal.port();
+        for answer in [
+            vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+            vec![IpAddr::V6(Ipv6Addr::LOCALHOST)],
+            vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)],
+            vec!["::ffff:127.0.0.1".parse().expect("ip")],
+            vec!["169.254.169.254".parse().expect("ip")],
+            vec!["10.0.0.1".parse().expect("ip")],
+            // One inward address among public ones is enough: a client trying them in turn would reach it.
+            vec!["8.8.8.8".parse().expect("ip"), IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        ] {
+            let lookup = Scripted::new([answer.clone()]);
+            let channel = channel(&Egress::default().with_lookup(lookup.clone()));
+            let got = send(&channel, &format!("https://push.example.net:{port}/push/PLANTED")).await;
+            assert_eq!(got.observation, Observation::Rejected, "{answer:?}: {got:?}");
+            assert!(got.detail.starts_with(EGRESS_REFUSED), "{answer:?}: {}", got.detail);
+            assert!(!got.detail.contains("PLANTED") && !got.detail.contains("push.example.net"), "{}", got.detail);
+            assert_eq!(lookup.calls.load(Ordering::SeqCst), 1, "{answer:?}");
+        }
+        // And through the system's resolver: `localhost` is loopback by name, the lookup is never asked.
+        let channel = channel(&Egress::default());
+        let got = send(&channel, &format!("https://localhost:{port}/push/1")).await;
+        assert!(got.detail.starts_with(EGRESS_REFUSED), "{got:?}");
+        assert_eq!(internal.connections(), Vec::<IpAddr>::new(), "no connection was opened");
+    }
+
+    /// DNS rebinding: a resolver that answers an allowed address first and loopback next. The client
+    /// connects only to what the guard's one lookup returned, so loopback is never reached — and the
+    /// next send, which looks up again, is refused.
+    #[tokio::test]
+    async fn a_rebinding_resolver_never_gets_the_connection_to_loopback() {
+        let internal = InternalService::start().await.expect("listener");
+        let port = internal.port();
+        // The allowed first answer: this machine's own interface address, opened by `allow_private` (on a
+        // machine without one, a public address nothing answers on; the loopback check stands either way).
+        let (first, allow) = match own_address() {
+            Some(own) => (own, vec![own.to_string().parse::<Cidr>().expect("a host range")]),
+            None => ("8.8.8.8".parse().expect("ip"), Vec::new()),
+        };
+        let lookup = Scripted::new([vec![first], vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]]);
+        let channel = channel(&Egress::new(allow).with_lookup(lookup.clone()));
+        let endpoint = format!("https://rebind.example.net:{port}/push/1");
+
+        let first_send = send(&channel, &endpoint).await;
+        // Our listener closes the connection during the TLS handshake: not sent, as any failed handshake.
+        assert_eq!(first_send.observation.outcome(), herald_domain::Outcome::RetryableReject, "{first_send:?}");
+        assert_eq!(lookup.calls.load(Ordering::SeqCst), 1, "one lookup per send, and the client made none");
+        let second_send = send(&channel, &endpoint).await;
+        assert_eq!(second_send.observation, Observation::Rejected, "{second_send:?}");
+        assert!(second_send.detail.starts_with(EGRESS_REFUSED), "{}", second_send.detail);
+        assert_eq!(lookup.calls.load(Ordering::SeqCst), 2);
+
+        let connections = internal.connections();
+        assert!(connections.iter().all(|ip| !ip.is_loopback()), "loopback was reached: {connections:?}");
+        if own_address().is_some() {
+            assert_eq!(connections, [first], "the one connection went to the address that was checked");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_literal_address_is_checked_before_the_request_in_every_spelling() {
+        let internal = InternalService::start().await.expect("listener");
+        let port = internal.port();
+        let lookup = Scripted::new([vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]]);
+        let channel = channel(&Egress::default().with_lookup(lookup.clone()));
+        for host in [
+            "127.0.0.1",
+            "127.1",
+            "2130706433",
+            "0x7f000001",
+            "0177.0.0.1",
+            "[::1]",
+            "[::ffff:127.0.0.1]",
+            "[::ffff:7f00:1]",
+            "0.0.0.0",
+            "[::]",
+        ] {
+            let endpoint = format!("https://{host}:{port}/push/1");
+            let got = send(&channel, &endpoint).await;
+            assert_eq!(got.observation, Observation::Rejected, "{host}: {got:?}");
+            assert!(got.detail.starts_with(EGRESS_REFUSED), "{host}: {}", got.detail);
+            assert!(channel.check_destination(&subscription(&endpoint)).is_err(), "{host} is refused when stored");
+        }
+        assert_eq!(lookup.calls.load(Ordering::SeqCst), 0, "a literal needs no lookup");
+        assert_eq!(internal.connections(), Vec::<IpAddr>::new());
+    }
+}

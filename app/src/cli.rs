@@ -76,6 +76,10 @@ pub struct ServiceArgs {
     /// Apply the database migrations before starting (without it, an unmigrated database is refused).
     #[arg(long)]
     pub migrate: bool,
+    /// This process posts to local stand-in channels (tests, the soak): channels may keep
+    /// `allow_loopback_endpoints = true`, which is refused otherwise.
+    #[arg(long)]
+    pub stand_ins: bool,
 }
 
 /// `herald demo`: runs the `herald-demo` program installed beside `herald` with these arguments
@@ -331,8 +335,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{report}");
             Ok(())
         }
-        Command::Serve(args) => crate::service::serve(config, true, args.migrate).await,
-        Command::Worker(args) => crate::service::serve(config, false, args.migrate).await,
+        Command::Serve(args) => crate::service::serve(config, true, &args).await,
+        Command::Worker(args) => crate::service::serve(config, false, &args).await,
         Command::Keys(KeysCommand::Generate | KeysCommand::Vapid) | Command::Demo(_) | Command::Init(_) => {
             unreachable!("handled before loading")
         }

@@ -90,8 +90,11 @@ impl Services {
     /// A [`ConfigError`] for missing or invalid configuration; a connection failure.
     pub async fn from_config(config: &Config, command: &str, workers: bool) -> anyhow::Result<(PgStore, Services)> {
         let keyring = config.require_keys(command)?.keyring()?;
-        let registry = herald_channels::registry::HttpChannelRegistry::from_configs(&config.channels)
-            .map_err(|error| ConfigError::new(error.key, error.reason))?;
+        let registry = herald_channels::registry::HttpChannelRegistry::from_configs_with_egress(
+            &config.channels,
+            &config.egress.egress(),
+        )
+        .map_err(|error| ConfigError::new(error.key, error.reason))?;
         // The workers' claims get a pool of their own: `herald serve` gives its API another one
         // ([`Services::on_store`]), so requests never take the connections deliveries need.
         let size = if workers { config.database.worker_max_connections } else { config.database.max_connections };

@@ -11,8 +11,9 @@
 //!    `HERALD__KEYS__CURRENT=k2`, `HERALD__KEYS__K2_FILE=/run/secrets/k2`. A value's type comes from its
 //!    key, never from how the text looks (a numeric token stays a string).
 //!    * Integers are parsed; an unparsable value is refused naming the variable.
-//!    * Token lists (`HERALD__AUTH__SERVICE_TOKENS`, `…__ADMIN_TOKENS`) are either a JSON array
-//!      (`["a","b"]`) or a comma-separated list (`a,b`; spaces around entries and empty entries dropped).
+//!    * Lists (`HERALD__AUTH__SERVICE_TOKENS`, `…__ADMIN_TOKENS`, `HERALD__EGRESS__ALLOW_PRIVATE`) are either a
+//!      JSON array (`["a","b"]`) or a comma-separated list (`a,b`; spaces around entries and empty entries
+//!      dropped).
 //!    * Channel entries are addressed by index or name: `HERALD__CHANNEL__0__TIMEOUT_MS=400` or
 //!      `HERALD__CHANNEL__PUSH__TIMEOUT_MS=400`; nested keys continue the path
 //!      (`HERALD__CHANNEL__0__DIGEST__INSTANT_PER_HOUR=3`). The index one past the last entry adds an
@@ -184,6 +185,23 @@ pub struct LogConfig {
     pub level: String,
 }
 
+/// `[egress]` (SPEC §16): what the egress guard opens for this installation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EgressConfig {
+    /// Address ranges a user's destination may point into although they are private (an installation
+    /// whose push service is internal). Never loopback: only a channel's `allow_loopback_endpoints` opens
+    /// that, for a local stand-in.
+    pub allow_private: Vec<herald_channels::egress::Cidr>,
+}
+
+impl EgressConfig {
+    /// The egress settings the channels are built with.
+    #[must_use]
+    pub fn egress(&self) -> herald_channels::egress::Egress {
+        herald_channels::egress::Egress::new(self.allow_private.clone())
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug)]
 pub struct Config {
@@ -200,6 +218,8 @@ pub struct Config {
     pub test_send: herald_domain::TestSendQuota,
     /// `[console]`: session lifetime and idle timeout, sign-in link lifetime.
     pub console: crate::sessions::SessionSettings,
+    /// `[egress]`: the private ranges a user's destination may point into.
+    pub egress: EgressConfig,
 }
 
 impl Config {
@@ -361,6 +381,26 @@ struct RawConfig {
     test_send: RawTestSend,
     #[serde(default)]
     console: RawConsole,
+    #[serde(default)]
+    egress: RawEgress,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawEgress {
+    allow_private: Option<Vec<String>>,
+}
+
+/// `egress.allow_private`: each entry a range (`10.1.2.0/24`, `fd00::/8`) that opens nothing of this machine.
+fn allow_private(list: Option<Vec<String>>) -> Result<Vec<herald_channels::egress::Cidr>> {
+    let mut ranges = Vec::new();
+    for (i, entry) in list.unwrap_or_default().iter().enumerate() {
+        let key = format!("egress.allow_private[{i}]");
+        let range: herald_channels::egress::Cidr = entry.parse().map_err(|reason| ConfigError::new(&key, reason))?;
+        range.check_allowable().map_err(|reason| ConfigError::new(&key, reason))?;
+        ranges.push(range);
+    }
+    Ok(ranges)
 }
 
 #[derive(Deserialize, Default)]
@@ -752,7 +792,8 @@ impl RawConfig {
             },
             link_ttl: herald_domain::Millis(link * 60_000),
         };
-        Ok(Config { database, server, auth, keys, worker, channels, log, test_send, console })
+        let egress = EgressConfig { allow_private: allow_private(self.egress.allow_private)? };
+        Ok(Config { database, server, auth, keys, worker, channels, log, test_send, console, egress })
     }
 }
 

@@ -43,10 +43,11 @@ const GAUGE_REFRESH: Duration = Duration::from_secs(5);
 ///
 /// # Errors
 /// Configuration, connection, listener or HTTP server failures.
-pub async fn serve(config: Config, with_api: bool, migrate: bool) -> anyhow::Result<()> {
+pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArgs) -> anyhow::Result<()> {
     let command = if with_api { "serve" } else { "worker" };
+    let migrate = args.migrate;
     crate::cli::init_logging(&config);
-    crate::config::production::check(&config, with_api)?;
+    crate::config::production::check_with(&config, with_api, args.stand_ins)?;
     let authenticator = if with_api {
         let auth = config.require_auth(command)?;
         Some(auth.authenticator())

@@ -206,6 +206,22 @@ pub fn classify_webpush(reply: Reply<'_>, location: Option<&str>, refusal_5xx: R
     }
 }
 
+/// How the detail of a send the egress guard refused begins (SPEC §16).
+pub const EGRESS_REFUSED: &str = "egress guard";
+
+/// A send refused before any request left, because the destination's address is one Herald does not
+/// connect to (loopback, private, link-local, …; SPEC §16). `reason` names the kind of address, never
+/// the address.
+///
+/// REJECTED, the observation for a permanent refusal: no connection was opened, so nothing may have been
+/// accepted (not TIMEOUT or IO_ERROR: there is no uncertainty to park), and the same destination would be
+/// refused again (not RETRYABLE_REJECT, which spends the budget on resends, each another lookup a
+/// rebinding resolver could time). The task ends FAILED, and the user has to set a new destination.
+#[must_use]
+pub fn egress_refused(reason: &str) -> Classified {
+    Classified::new(Observation::Rejected, format!("{EGRESS_REFUSED}: {reason}"))
+}
+
 /// Whether a classified Web Push answer says the subscription is gone (404 or 410).
 #[must_use]
 pub fn webpush_subscription_expired(classified: &Classified) -> bool {
@@ -642,5 +658,13 @@ mod tests {
         assert_eq!(parse_retry_after("31536000"), Some(MAX_RETRY_AFTER), "a year");
         assert_eq!(parse_retry_after("18446744073709551615"), Some(MAX_RETRY_AFTER));
         assert_eq!(parse_retry_after("120"), Some(Millis(120_000)));
+    }
+
+    #[test]
+    fn an_egress_refusal_is_a_permanent_rejection() {
+        let got = egress_refused("the endpoint is a loopback address");
+        assert_eq!(got.observation, Observation::Rejected);
+        assert!(got.detail.starts_with(EGRESS_REFUSED), "{}", got.detail);
+        // REJECTED on a task with no uncertain history is FAILED (`finish.rs`, row_rejected_…).
     }
 }

@@ -18,7 +18,8 @@
 //!   of the `http` module; SMTP brings its own), `new(&ChannelConfig)` building it through
 //!   `ChannelBase::new`, and `impl Channel` whose `check_destination` refuses what it would never send
 //!   to, whose `send` reports what the transport saw and hands it to the kind's classification, and whose
-//!   `Debug` shows no destination (`ChannelBase::debug`);
+//!   `Debug` shows no destination (`ChannelBase::debug`). A destination that names a host a user chose
+//!   goes through the egress guard ([`crate::egress`]: `HttpTransport::guarded`, `Guard::check_url`);
 //! * its configuration rows: the `ChannelKind` variant (its `kind = "…"` name) and its capability
 //!   (`Capability::of`) in `domain/src/contract.rs`, its defaults and settings in [`crate::config`], and its
 //!   line in [`crate::registry::ConfiguredChannel::new`], the one place a kind picks its adapter;

@@ -22,6 +22,12 @@
 //!
 //! The endpoint is a capability URL (whoever knows it can push to the browser): it is part of the secret
 //! destination, so it never reaches a log, an error or `Debug`, and no `reqwest::Error` is formatted.
+//!
+//! The endpoint is also a user's choice of where Herald connects: it goes through the egress guard
+//! (`crate::egress`, SPEC §16) when it is stored ([`Channel::check_destination`]: an address literal or
+//! `localhost` on a loopback, private, link-local, … address is refused) and at every send (the literal
+//! again, before the request; a name in the client's resolver, which connects to exactly the addresses it
+//! checked). A refused send made no request and is REJECTED ([`egress_refused`]).
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -33,7 +39,7 @@ use base64::alphabet::URL_SAFE;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, URL_SAFE_NO_PAD};
 use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
-use herald_domain::classify::{classify_webpush, retry_after_seconds, Classified, Reply};
+use herald_domain::classify::{classify_webpush, egress_refused, retry_after_seconds, Classified, Reply};
 use herald_domain::{ChannelKind, ChannelName, ChannelRules, Observation, Timestamp};
 use herald_ports::{Channel, OutboundMessage};
 use hkdf::Hkdf;
@@ -53,6 +59,7 @@ use sha2::{Digest, Sha256};
 
 use super::{no_query, send_classified, ChannelBase};
 use crate::config::{is_loopback, ChannelConfig, ConfigError, Urgency};
+use crate::egress::{refusal_in, Egress, Guard};
 use crate::http::{Connections, HttpTransport};
 
 /// The record size announced in the `aes128gcm` header: one record holds the whole payload.
@@ -72,7 +79,8 @@ const B64_LENIENT: GeneralPurpose = GeneralPurpose::new(
 
 /// A browser's push subscription, checked: an https endpoint (or plain http on a loopback host, which only a
 /// channel with `allow_loopback_endpoints = true` — a local stand-in — will send to), the user agent's P-256
-/// public key, and its 16-byte authentication secret.
+/// public key, and its 16-byte authentication secret. Where the endpoint may point is the egress guard's
+/// business ([`WebpushChannel`]'s `check_destination`).
 pub struct Subscription {
     endpoint: Url,
     p256dh: PublicKey,
@@ -253,14 +261,25 @@ pub struct WebpushChannel {
     subject: String,
     urgency: Urgency,
     allow_loopback_endpoints: bool,
+    /// Where an endpoint may point (SPEC §16); the transport resolves names through it.
+    guard: Guard,
 }
 
 impl WebpushChannel {
-    /// Validates `config` (of kind `webpush`), reads its VAPID key and builds the channel's client.
+    /// Validates `config` (of kind `webpush`), reads its VAPID key and builds the channel's client, guarded
+    /// by the default egress settings (no private range open).
     ///
     /// # Errors
     /// An invalid setting or an unreadable key, naming its key.
     pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
+        Self::with_egress(config, &Egress::default())
+    }
+
+    /// As [`WebpushChannel::new`], with the installation's egress settings (`[egress]`).
+    ///
+    /// # Errors
+    /// An invalid setting or an unreadable key, naming its key.
+    pub fn with_egress(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError> {
         let base = ChannelBase::new(config, ChannelKind::Webpush)?;
         let name = config.name.as_str();
         let vapid = match (&config.vapid_private_key, &config.vapid_private_key_file) {
@@ -276,10 +295,11 @@ impl WebpushChannel {
         };
         // The endpoint is each user's subscription, so the channel has no URL of its own; the shared client
         // (timeouts, no proxy, no redirects, a fresh connection per call) is built from a placeholder one
-        // that is never called.
+        // that is never called. Its names resolve only through the guard.
+        let guard = egress.guard(config.allow_loopback_endpoints);
         let mut client_config = config.clone();
         client_config.url = "https://webpush.invalid".to_owned();
-        let transport = HttpTransport::new(&client_config, Connections::FreshPerCall)?;
+        let transport = HttpTransport::guarded(&client_config, Connections::FreshPerCall, &guard)?;
         Ok(WebpushChannel {
             base,
             transport,
@@ -287,6 +307,7 @@ impl WebpushChannel {
             subject: config.vapid_subject.clone().unwrap_or_default(),
             urgency: config.urgency.unwrap_or_default(),
             allow_loopback_endpoints: config.allow_loopback_endpoints,
+            guard,
         })
     }
 
@@ -327,9 +348,11 @@ impl Channel for WebpushChannel {
         self.base.outbound_text(body, digest_count)
     }
 
-    /// A `PushSubscription` JSON ([`Subscription::parse`]).
+    /// A `PushSubscription` JSON whose endpoint is no address literal (nor `localhost`) the egress guard
+    /// refuses. A name is resolved only when sending.
     fn check_destination(&self, destination: &str) -> Result<(), &'static str> {
-        Subscription::parse(destination).map(drop)
+        let subscription = Subscription::parse(destination)?;
+        self.guard.check_url(&subscription.endpoint).map_err(|refused| refused.reason())
     }
 
     #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
@@ -339,6 +362,11 @@ impl Channel for WebpushChannel {
         let Ok(subscription) = Subscription::parse(message.destination.expose_secret()) else {
             return send_classified(rejected("the stored destination is not a push subscription"));
         };
+        // Again at every send: a value stored before the guard existed, or under other `[egress]` settings.
+        // A literal address never reaches the resolver, so this is its only check.
+        if let Err(refused) = self.guard.check_url(&subscription.endpoint) {
+            return send_classified(egress_refused(refused.reason()));
+        }
         if subscription.endpoint.scheme() == "http" && !self.allow_loopback_endpoints {
             // Stored by a user; only a channel configured for a local stand-in posts to the machine itself.
             return send_classified(rejected("the subscription's endpoint is not https"));
@@ -363,7 +391,13 @@ impl Channel for WebpushChannel {
             .body(body);
         let response = match request.send().await {
             Ok(response) => response,
-            Err(err) => return send_classified(classify_webpush(failure(&err), None, self.base.refusal_5xx())),
+            Err(err) => {
+                // The name resolved to an address the guard refuses: no connection was opened.
+                if let Some(refused) = refusal_in(&err) {
+                    return send_classified(egress_refused(refused.reason()));
+                }
+                return send_classified(classify_webpush(failure(&err), None, self.base.refusal_5xx()));
+            }
         };
         let status = response.status().as_u16();
         let headers = response.headers();

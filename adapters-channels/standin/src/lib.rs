@@ -18,6 +18,9 @@
 //! [`SmtpScript`] at a [`SmtpStage`]) and [`WebPushService`] (a push service that verifies VAPID and
 //! decrypts the payload before anything counts, scripted by [`Script`] per `Topic`).
 //!
+//! [`InternalService`] is no channel: it stands for a service on the machine's own network that a user's
+//! destination must never reach (the egress guard, SPEC §16), and records every connection made to it.
+//!
 //! ```no_run
 //! # async fn demo() {
 //! use herald_standin::{Kind, Script, StandIn};
@@ -36,6 +39,7 @@
 //! destinations, which must never reach any output (§8).
 
 mod chaos;
+mod internal;
 mod miaotixing;
 mod push;
 mod script;
@@ -60,6 +64,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use chaos::{Chaos, DRAW_NAMES};
+pub use internal::InternalService;
 pub use miaotixing::{MIAO_BAD_PARAMS, MIAO_NOT_FOUND, MIAO_OK, MIAO_SERVICE_FAILED};
 pub use script::{Script, GARBAGE_BODY};
 pub use smtp::{SmtpMessage, SmtpScript, SmtpStage, SmtpStandIn};

@@ -1,8 +1,10 @@
 //! What `herald serve` and `herald worker` refuse before they touch a network: secrets anyone can read
 //! (the examples shipped in `example.toml`, or anything still saying "change me", "example", "placeholder"
-//! or "replace me", in any case and spelling), tokens too short to resist guessing, and channels that would
-//! send destinations in the clear off this machine. `herald demo` makes its own secrets and is not checked; `herald init` writes a configuration
-//! that passes.
+//! or "replace me", in any case and spelling), tokens too short to resist guessing, channels that would
+//! send destinations in the clear off this machine, and Web Push channels that let users' subscriptions
+//! reach this machine (`allow_loopback_endpoints`, for local stand-ins only: allowed with `--stand-ins`).
+//! `herald demo` makes its own secrets and is not checked; `herald init` writes a configuration that
+//! passes.
 
 use secrecy::ExposeSecret as _;
 
@@ -30,6 +32,15 @@ fn placeholder(secret: &str) -> bool {
 /// # Errors
 /// The first unsafe setting found.
 pub fn check(config: &Config, with_api: bool) -> Result<(), ConfigError> {
+    check_with(config, with_api, false)
+}
+
+/// As [`check`]; `stand_ins` (`--stand-ins`: this process posts to local stand-in channels, as the tests
+/// and the soak do) lets `allow_loopback_endpoints` through.
+///
+/// # Errors
+/// The first unsafe setting found.
+pub fn check_with(config: &Config, with_api: bool, stand_ins: bool) -> Result<(), ConfigError> {
     let fix =
         "run `herald init` for a fresh configuration, or replace it (herald keys generate; openssl rand -base64 32)";
     if let Some(keys) = &config.keys {
@@ -75,6 +86,14 @@ pub fn check(config: &Config, with_api: bool) -> Result<(), ConfigError> {
             return Err(ConfigError::new(
                 format!("channel.{}.password", channel.name),
                 "is a placeholder: give the SMTP server's real password (or password_file)",
+            ));
+        }
+        if channel.allow_loopback_endpoints && !stand_ins {
+            return Err(ConfigError::new(
+                format!("channel.{}.allow_loopback_endpoints", channel.name),
+                "lets a user's subscription make Herald post to the services of its own machine; it is for a local \
+                 push-service stand-in only (tests, the soak: start with --stand-ins). Remove it; for an internal push \
+                 service, list its range in [egress] allow_private",
             ));
         }
         if channel.plain_http_off_loopback() {

@@ -143,7 +143,7 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
         | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms")
         | ("test_send", "per_minute" | "per_day") => Type::Int,
         ("server", "https" | "forwarded_for") => Type::Bool,
-        ("auth", "service_tokens" | "admin_tokens" | "metrics_tokens") => Type::List,
+        ("auth", "service_tokens" | "admin_tokens" | "metrics_tokens") | ("egress", "allow_private") => Type::List,
         _ => return None,
     })
 }

@@ -523,3 +523,25 @@ fn the_test_send_quota_has_defaults_and_bounds() {
     refused("[test_send]\nper_minute = 5\nper_day = 2\n", &[], "test_send.per_day", "at least");
     refused("[test_send]\nper_hour = 5\n", &[], "test_send.per_hour", "unknown field");
 }
+
+#[test]
+fn egress_allow_private_lists_ranges_and_names_the_bad_entry() {
+    use herald_channels::egress::Cidr;
+    assert_eq!(load(&full(), &[]).expect("valid").egress.allow_private, Vec::<Cidr>::new(), "nothing open by default");
+    let text = format!("{}\n[egress]\nallow_private = [\"10.1.2.0/24\", \"fd00::/8\"]\n", full());
+    let config = load(&text, &[]).expect("valid");
+    let expected: Vec<Cidr> = vec!["10.1.2.0/24".parse().unwrap(), "fd00::/8".parse().unwrap()];
+    assert_eq!(config.egress.allow_private, expected);
+    let from_env = load(&full(), &[("HERALD__EGRESS__ALLOW_PRIVATE", "10.1.2.0/24, fd00::/8")]).expect("valid");
+    assert_eq!(from_env.egress.allow_private, expected, "a comma-separated variable");
+
+    let bad = |entries: &str| format!("{}\n[egress]\nallow_private = [{entries}]\n", full());
+    refused(&bad("\"10.1.2.0/24\", \"10.1.2.0/33\""), &[], "egress.allow_private[1]", "address range");
+    refused(&bad("\"intranet\""), &[], "egress.allow_private[0]", "such as 10.1.2.0/24");
+    refused(&bad("\"10.1.2.5/24\""), &[], "egress.allow_private[0]", "beyond its prefix");
+    refused(&bad("\"127.0.0.0/8\""), &[], "egress.allow_private[0]", "loopback");
+    refused(&bad("\"0.0.0.0/0\""), &[], "egress.allow_private[0]", "allow_loopback_endpoints");
+    refused(&bad("\"::1\""), &[], "egress.allow_private[0]", "loopback");
+    refused(&format!("{}\n[egress]\nallow_public = []\n", full()), &[], "egress.allow_public", "unknown field");
+    refused(&full(), &[("HERALD__EGRESS__ALLOW_PRIVATE", "10.0.0.0/8,::/0")], "egress.allow_private[1]", "loopback");
+}

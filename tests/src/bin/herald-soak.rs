@@ -417,12 +417,13 @@ impl Fleet {
             }
             (Role::Worker, None) => {
                 let mut c = Command::new(&self.herald);
-                c.arg("--config").arg(&self.config).arg("worker");
+                // The Web Push channel posts to the push stand-in on loopback (`allow_loopback_endpoints`).
+                c.arg("--config").arg(&self.config).arg("worker").arg("--stand-ins");
                 c
             }
             (Role::Serve, _) => {
                 let mut c = Command::new(&self.herald);
-                c.arg("--config").arg(&self.config).arg("serve");
+                c.arg("--config").arg(&self.config).arg("serve").arg("--stand-ins");
                 c
             }
         };

@@ -8,6 +8,7 @@ mod cli_errors;
 mod demo;
 mod digest;
 mod egress;
+mod egress_guard;
 mod email;
 mod events;
 mod example_config;

@@ -178,3 +178,31 @@ fn placeholders_are_refused_in_any_case_and_spelling() {
     let refused = production::check(&example_with(&mail), false).expect_err("a placeholder SMTP password");
     assert_eq!(refused.key, "channel.mail.password", "{refused}");
 }
+
+/// A Web Push channel that posts to this machine is for stand-ins: the production check refuses it, by its
+/// key, in the real binary too, unless the process is started with `--stand-ins`.
+#[test]
+fn allow_loopback_endpoints_is_refused_outside_stand_ins() {
+    let (private, _) = herald_channels::kinds::webpush::VapidKey::generate();
+    let browser = [
+        ("HERALD__CHANNEL__3__NAME", "browser"),
+        ("HERALD__CHANNEL__3__KIND", "webpush"),
+        ("HERALD__CHANNEL__3__VAPID_PRIVATE_KEY", private.as_str()),
+        ("HERALD__CHANNEL__3__VAPID_SUBJECT", "mailto:ops@notify.example.org"),
+    ];
+    production::check(&example_with(&browser), true).expect("a Web Push channel as such passes");
+    let mut stand_in = browser.to_vec();
+    stand_in.push(("HERALD__CHANNEL__3__ALLOW_LOOPBACK_ENDPOINTS", "true"));
+    let config = example_with(&stand_in);
+    let refused = production::check(&config, false).expect_err("refused");
+    assert_eq!(refused.key, "channel.browser.allow_loopback_endpoints", "{refused}");
+    assert!(refused.reason.contains("--stand-ins") && refused.reason.contains("allow_private"), "{refused}");
+    production::check_with(&config, false, true).expect("a process started with --stand-ins may keep it");
+
+    let mut env = GOOD_SECRETS.to_vec();
+    env.extend_from_slice(&stand_in);
+    let out = herald(&["--config", &example(), "worker"], &env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("channel.browser.allow_loopback_endpoints"), "{stderr}");
+}

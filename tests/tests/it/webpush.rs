@@ -387,6 +387,8 @@ async fn email_and_webpush_work_through_herald_worker_with_a_configuration_file(
         .arg("--config")
         .arg(&config)
         .arg("worker")
+        // The push stand-in is on loopback: `allow_loopback_endpoints`, which only `--stand-ins` lets start.
+        .arg("--stand-ins")
         .env_remove("HERALD_CONFIG")
         .env("HERALD__CHANNEL__mail__PORT", smtp.port().to_string())
         .stderr(std::process::Stdio::null())
