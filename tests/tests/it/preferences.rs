@@ -102,6 +102,8 @@ async fn the_console_refuses_every_destination_the_api_refuses_and_stores_what_i
     let refused = [
         ("webpush", "not a subscription at all".to_owned()),
         ("webpush", subscription("ftp://push.example.org/x")),
+        ("webpush", subscription("http://169.254.169.254/latest/meta-data")),
+        ("webpush", subscription("https://10.0.0.1:8443/push")),
         ("mail", "Bob <bob@x.org>".to_owned()),
         ("mail", "bob@nodot".to_owned()),
         ("mail", "x".repeat(1025)),
