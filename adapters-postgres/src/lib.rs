@@ -13,7 +13,7 @@
 //! * `clock` — [`PgClock`]; `notify` — the wake-up `create` sends, and the [`TaskListener`];
 //! * `transition` — the two writes the claim and the manual resolution share;
 //! * `create`, `claim`, `finish`, `resolve`, `read` — the write paths; `views` — the read models;
-//! * `store` — [`PgStore`] and its `NotificationStore` implementation, delegating to the above;
+//! * `store` — [`PgStore`] and its implementation of every store role, delegating to the above;
 //! * `prefs` — the `PreferenceStore` implementation; `sessions` — the `SessionStore` implementation (the
 //!   console's sessions and sign-in links); `negative` — the test-only unsafe variants.
 

@@ -1,5 +1,5 @@
-//! The [`PgStore`]: its pools and connection, and the [`NotificationStore`] implementation, which
-//! delegates each method to the module of its path (`create`, `claim`, `finish`, `resolve`, `read`, `views`).
+//! The [`PgStore`]: its pools and connection, and its implementation of every store role
+//! (`herald_ports::store::prelude`), which delegates each method to the module of its path (`create`, `claim`, `finish`, `resolve`, `read`, `views`).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -10,10 +10,11 @@ use herald_domain::egress::EgressDecision;
 use herald_domain::quota::TestSendQuota;
 use herald_domain::resolve::FinalState;
 use herald_domain::{ChannelName, ChannelRules, EventKey, NotificationId, NotificationRef, TaskId, Timestamp, UserId};
+use herald_ports::store::prelude::*;
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, Created, EgressSlot, FinishRecord, FinishResult, GiveBack, InboxCursor,
-    InboxItem, MarkRead, NewNotification, NotificationStore, NotificationView, OutcomeCount, ParkedFilter, ParkedTask,
-    ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView, TestSendGrant,
+    InboxItem, MarkRead, NewNotification, NotificationView, OutcomeCount, ParkedFilter, ParkedTask, ResolveError,
+    Resolved, StoreError, StoredSubmission, TaskCount, TaskView, TestSendGrant,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection as _, Executor as _, PgConnection, PgPool};
@@ -220,7 +221,7 @@ fn connect_failure(options: &PgConnectOptions, error: &sqlx::Error) -> StoreErro
 }
 
 #[async_trait]
-impl NotificationStore for PgStore {
+impl SubmissionStore for PgStore {
     #[tracing::instrument(skip_all, fields(user_id = %new.user_id))]
     async fn create(
         &self,
@@ -256,7 +257,10 @@ impl NotificationStore for PgStore {
     async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError> {
         create::submitted(&self.pool, event_key, users).await
     }
+}
 
+#[async_trait]
+impl DeliveryStore for PgStore {
     #[tracing::instrument(skip_all, fields(worker = %request.worker))]
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         claim::claim(&self.pool, request, &self.claimed).await
@@ -280,7 +284,10 @@ impl NotificationStore for PgStore {
     async fn give_back(&self, record: &GiveBack) -> Result<FinishResult, StoreError> {
         finish::give_back(&self.finishes, record).await
     }
+}
 
+#[async_trait]
+impl EgressStore for PgStore {
     async fn reserve_egress(
         &self,
         channel: &ChannelName,
@@ -300,7 +307,10 @@ impl NotificationStore for PgStore {
     ) -> Result<TestSendGrant, StoreError> {
         test_send::reserve_test_send(&self.pool, user, channel, rules, quota, now).await
     }
+}
 
+#[async_trait]
+impl ReviewStore for PgStore {
     #[tracing::instrument(skip_all, fields(task_id = %task))]
     async fn resolve_manually(
         &self,
@@ -312,29 +322,19 @@ impl NotificationStore for PgStore {
         resolve::resolve_manually(&self.pool, task, final_state, note, now).await
     }
 
-    async fn notification(&self, id: NotificationId) -> Result<Option<NotificationView>, StoreError> {
-        views::notification(&self.pool, id).await
-    }
-
     async fn parked(&self, limit: u32) -> Result<Vec<TaskView>, StoreError> {
         views::parked(&self.pool, limit).await
     }
 
+    async fn parked_page(&self, filter: &ParkedFilter) -> Result<Vec<ParkedTask>, StoreError> {
+        views::parked_page(&self.pool, filter).await
+    }
+}
+
+#[async_trait]
+impl InboxStore for PgStore {
     async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError> {
         views::inbox(&self.pool, user, limit).await
-    }
-
-    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
-        views::task_counts(&self.pool).await
-    }
-
-    async fn mark_read(
-        &self,
-        user: &UserId,
-        notification: NotificationRef,
-        now: Timestamp,
-    ) -> Result<MarkRead, StoreError> {
-        read::mark_read(&self.pool, user, notification, now).await
     }
 
     async fn inbox_page(
@@ -346,8 +346,24 @@ impl NotificationStore for PgStore {
         views::inbox_page(&self.pool, user, cursor, limit).await
     }
 
-    async fn parked_page(&self, filter: &ParkedFilter) -> Result<Vec<ParkedTask>, StoreError> {
-        views::parked_page(&self.pool, filter).await
+    async fn mark_read(
+        &self,
+        user: &UserId,
+        notification: NotificationRef,
+        now: Timestamp,
+    ) -> Result<MarkRead, StoreError> {
+        read::mark_read(&self.pool, user, notification, now).await
+    }
+}
+
+#[async_trait]
+impl ReadModels for PgStore {
+    async fn notification(&self, id: NotificationId) -> Result<Option<NotificationView>, StoreError> {
+        views::notification(&self.pool, id).await
+    }
+
+    async fn notification_by_ref(&self, notification: NotificationRef) -> Result<Option<NotificationId>, StoreError> {
+        views::notification_by_ref(&self.pool, notification).await
     }
 
     async fn notification_by_event(
@@ -358,12 +374,12 @@ impl NotificationStore for PgStore {
         views::notification_by_event(&self.pool, user, event_key).await
     }
 
-    async fn notification_by_ref(&self, notification: NotificationRef) -> Result<Option<NotificationId>, StoreError> {
-        views::notification_by_ref(&self.pool, notification).await
-    }
-
     async fn notification_by_reference(&self, reference: &str) -> Result<Option<NotificationId>, StoreError> {
         views::notification_by_reference(&self.pool, reference).await
+    }
+
+    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
+        views::task_counts(&self.pool).await
     }
 
     async fn outcome_counts(&self, since: Timestamp) -> Result<Vec<OutcomeCount>, StoreError> {

@@ -14,7 +14,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use herald_domain::{ChannelName, Millis};
 use herald_ports::{
-    ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore, SessionStore,
+    ChannelRegistry, ChannelTable, Clock, DeliveryStore, DestinationCipher, EgressStore, InboxStore, PreferenceStore,
+    ReadModels, ReviewStore, SessionStore, SubmissionStore,
 };
 use herald_postgres::PgStore;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -29,7 +30,14 @@ use crate::worker::{Worker, WorkerConfig};
 /// The ports of one Herald process, each wired to its adapter. Cheap to clone: every part is shared.
 #[derive(Clone)]
 pub struct Services {
-    pub store: Arc<dyn NotificationStore>,
+    pub submissions: Arc<dyn SubmissionStore>,
+    /// Claims and finishes: the workers'.
+    pub delivery: Arc<dyn DeliveryStore>,
+    /// The test send's quota and egress slot.
+    pub egress: Arc<dyn EgressStore>,
+    pub review: Arc<dyn ReviewStore>,
+    pub inbox: Arc<dyn InboxStore>,
+    pub reads: Arc<dyn ReadModels>,
     pub prefs: Arc<dyn PreferenceStore>,
     /// The console's sessions and sign-in links.
     pub sessions: Arc<dyn SessionStore>,
@@ -43,8 +51,8 @@ pub struct Services {
 }
 
 impl Services {
-    /// Services over a store that is the notification, the preference and the session store (PostgreSQL), a
-    /// registry, a cipher and a clock. The channel table is the registry's, in its order.
+    /// Services over a store that plays every store role (PostgreSQL: `herald_ports::prelude`), a registry,
+    /// a cipher and a clock. The channel table is the registry's, in its order.
     pub fn over<S>(
         store: Arc<S>,
         registry: Arc<dyn ChannelRegistry>,
@@ -52,11 +60,24 @@ impl Services {
         clock: Arc<dyn Clock>,
     ) -> Services
     where
-        S: NotificationStore + PreferenceStore + SessionStore + 'static,
+        S: SubmissionStore
+            + DeliveryStore
+            + EgressStore
+            + ReviewStore
+            + InboxStore
+            + ReadModels
+            + PreferenceStore
+            + SessionStore
+            + 'static,
     {
         let channels = channel_table(registry.as_ref());
         Services {
-            store: store.clone(),
+            submissions: store.clone(),
+            delivery: store.clone(),
+            egress: store.clone(),
+            review: store.clone(),
+            inbox: store.clone(),
+            reads: store.clone(),
             prefs: store.clone(),
             sessions: store,
             registry,
@@ -74,11 +95,11 @@ impl Services {
         self
     }
 
-    /// Replaces the notification store, keeping everything else (tests that wrap the store to inject
-    /// faults).
+    /// Replaces the delivery store (claims and finishes), keeping everything else: tests that wrap it to
+    /// inject faults.
     #[must_use]
-    pub fn with_store(mut self, store: Arc<dyn NotificationStore>) -> Services {
-        self.store = store;
+    pub fn with_delivery(mut self, delivery: Arc<dyn DeliveryStore>) -> Services {
+        self.delivery = delivery;
         self
     }
 
@@ -118,16 +139,15 @@ impl Services {
     #[must_use]
     pub fn on_store(&self, store: PgStore) -> Services {
         let clock: Arc<dyn Clock> = Arc::new(store.clock());
-        let store = Arc::new(store);
         Services {
-            store: store.clone(),
-            prefs: store.clone(),
-            sessions: store,
-            registry: Arc::clone(&self.registry),
-            cipher: Arc::clone(&self.cipher),
             clock,
-            channels: Arc::clone(&self.channels),
-            test_send_quota: self.test_send_quota,
+            ..Services::over(
+                Arc::new(store),
+                Arc::clone(&self.registry),
+                Arc::clone(&self.cipher),
+                Arc::clone(&self.clock),
+            )
+            .with_test_send_quota(self.test_send_quota)
         }
     }
 
@@ -135,7 +155,7 @@ impl Services {
     #[must_use]
     pub fn worker(&self, config: WorkerConfig) -> Worker {
         Worker::new(
-            Arc::clone(&self.store),
+            Arc::clone(&self.delivery),
             Arc::clone(&self.registry),
             Arc::clone(&self.cipher),
             Arc::clone(&self.clock),
@@ -164,16 +184,9 @@ impl Services {
         body_limit: usize,
     ) -> ApiState {
         ApiState {
-            store: Arc::clone(&self.store),
-            prefs: Arc::clone(&self.prefs),
-            sessions: Arc::clone(&self.sessions),
-            registry: Arc::clone(&self.registry),
-            cipher: Arc::clone(&self.cipher),
-            clock: Arc::clone(&self.clock),
+            services: self.clone(),
             auth,
             console: crate::api::ConsoleSettings::default(),
-            channels: Arc::clone(&self.channels),
-            test_send_quota: self.test_send_quota,
             readiness,
             metrics,
             body_limit,

@@ -1,6 +1,6 @@
 //! Batched finishes (SPEC §5): the calls of a worker process hand their observations to a
 //! [`Finisher`], which writes everything queued in one clock read and one fenced statement
-//! ([`NotificationStore::finish_batch`]) and answers each call with its own result.
+//! ([`DeliveryStore::finish_batch`]) and answers each call with its own result.
 //!
 //! A flush takes whatever is queued when it starts and, while that is fewer than [`GATHER_TARGET`],
 //! waits for more, at most [`GATHER`] (5 ms) after its first finish: while one flush is on its way to
@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 
 use herald_domain::finish::FinishContext;
 use herald_domain::{finish, AttemptToken, Jitter, Observation, TaskId, UserId};
-use herald_ports::{Clock, FinishRecord, FinishResult, NotificationStore, StoreError};
+use herald_ports::{Clock, DeliveryStore, FinishRecord, FinishResult, StoreError};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::worker::error_chain;
@@ -54,14 +54,14 @@ type Queue = Arc<Mutex<mpsc::UnboundedReceiver<(PendingFinish, Reply)>>>;
 /// The per-process finish queue. The flushing tasks start with the first finish (inside the runtime)
 /// and end when the finisher is dropped, after writing what was queued.
 pub struct Finisher {
-    store: Arc<dyn NotificationStore>,
+    store: Arc<dyn DeliveryStore>,
     clock: Arc<dyn Clock>,
     queue: OnceLock<mpsc::UnboundedSender<(PendingFinish, Reply)>>,
 }
 
 impl Finisher {
     #[must_use]
-    pub fn new(store: Arc<dyn NotificationStore>, clock: Arc<dyn Clock>) -> Finisher {
+    pub fn new(store: Arc<dyn DeliveryStore>, clock: Arc<dyn Clock>) -> Finisher {
         Finisher { store, clock, queue: OnceLock::new() }
     }
 
@@ -70,7 +70,7 @@ impl Finisher {
     ///
     /// # Errors
     /// The flush's clock read or statement failed: nothing of this finish was written (or its answer was
-    /// lost — a repeat is recognised, see [`NotificationStore::finish`]); the caller may try again.
+    /// lost — a repeat is recognised, see [`DeliveryStore::finish`]); the caller may try again.
     pub async fn finish(&self, pending: PendingFinish) -> Result<(FinishRecord, FinishResult), StoreError> {
         let (reply, answer) = oneshot::channel();
         let queue = self.queue.get_or_init(|| self.start());
@@ -119,7 +119,7 @@ async fn next_batch<T>(queue: &Mutex<mpsc::UnboundedReceiver<T>>, gather: std::t
     Some(batch)
 }
 
-async fn flush_loop(store: Arc<dyn NotificationStore>, clock: Arc<dyn Clock>, queue: Queue) {
+async fn flush_loop(store: Arc<dyn DeliveryStore>, clock: Arc<dyn Clock>, queue: Queue) {
     while let Some(batch) = next_batch(&queue, GATHER).await {
         let now = match clock.now().await {
             Ok(now) => now,

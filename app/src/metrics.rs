@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herald_domain::{ChannelName, Outcome};
-use herald_ports::{NotificationStore, StoreError};
+use herald_ports::{ReadModels, StoreError};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 
@@ -135,7 +135,7 @@ pub(crate) fn record_cycle_failure(error: &StoreError) {
     metrics::counter!(CYCLE_FAILURES_TOTAL, "error" => kind).increment(1);
 }
 
-/// The task gauges, set from [`NotificationStore::task_counts`]. Remembers which label sets it has set
+/// The task gauges, set from [`ReadModels::task_counts`]. Remembers which label sets it has set
 /// so that a state that emptied reads 0 instead of keeping its last value.
 #[derive(Debug, Default)]
 pub struct TaskGauges {
@@ -148,7 +148,7 @@ impl TaskGauges {
     ///
     /// # Errors
     /// The store failure; the gauges keep their previous values.
-    pub async fn refresh(&self, store: &dyn NotificationStore) -> Result<(), StoreError> {
+    pub async fn refresh(&self, store: &dyn ReadModels) -> Result<(), StoreError> {
         let counts = store.task_counts().await?;
         let mut tasks: std::collections::BTreeMap<(String, &'static str), u64> = Default::default();
         let mut parked: std::collections::BTreeMap<String, u64> = Default::default();
@@ -201,7 +201,7 @@ pub fn router(handle: PrometheusHandle) -> axum::Router {
 /// `shutdown` turns true. A failed refresh is logged and retried at the next tick; it never stops the
 /// process.
 pub async fn refresh_every(
-    store: Option<Arc<dyn NotificationStore>>,
+    store: Option<Arc<dyn ReadModels>>,
     handle: PrometheusHandle,
     every: Duration,
     mut shutdown: watch::Receiver<bool>,

@@ -127,7 +127,7 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
     // a `herald worker` that serves `/metrics` exports its own counters and keeps the exporter tidy.
     let gauges = (with_api || metrics_listener.is_some()).then(|| {
         tokio::spawn(crate::metrics::refresh_every(
-            with_api.then(|| Arc::clone(&services.store)),
+            with_api.then(|| Arc::clone(&services.reads)),
             metrics.clone(),
             GAUGE_REFRESH,
             stop_rx.clone(),

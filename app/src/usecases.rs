@@ -10,20 +10,125 @@ use herald_domain::{
     slot_kept, ChannelName, IdempotencyKey, Millis, NotificationRef, Observation, Outcome, TaskId, Timestamp, UserId,
 };
 use herald_ports::{
-    Channel, ChannelPref, DestinationCipher, InboxCursor, InboxItem, MarkRead, NotificationView, OutboundMessage,
-    OutcomeCount, ParkedFilter, ParkedTask, PreferenceStore, ResolveError, Resolved, StoreError, TaskCount, TaskView,
-    TestSendGrant,
+    Channel, ChannelPref, Created, DestinationCipher, InboxCursor, InboxItem, MarkRead, NewNotification,
+    NotificationView, OutboundMessage, OutcomeCount, ParkedFilter, ParkedTask, PreferenceStore, ResolveError, Resolved,
+    StoreError, TaskCount, TaskView, TestSendGrant,
 };
 use std::sync::Arc;
 
 use crate::compose::Services;
+
+/// One field in which a submission differs from the one stored under the same (user, event key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Difference {
+    /// The recipient's position in an event; `None` for a single submission.
+    pub recipient: Option<usize>,
+    /// The field that differs (`body`, `ttl_seconds`, `thread_key`, `max_attempts`).
+    pub field: &'static str,
+}
+
+/// Why a submission was not stored. Nothing was written in either case.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The (user, event key) was used before for a notification that said something else: a caller's
+    /// mistake, not a repeat. Empty when another submission stored a different one meanwhile and the
+    /// fields could not be named.
+    #[error("the event key was used before for a different notification")]
+    Conflict(Vec<Difference>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Submits one notification (SPEC §3): stored once per (user, event key), with its inbox item and a task
+/// per enabled channel, before any channel is called. A repeat answers the stored one (`created =
+/// false`) and writes nothing; a repeat that says something else is a [`SubmitError::Conflict`].
+///
+/// # Errors
+/// A conflict or a store failure.
+pub async fn submit(services: &Services, new: &NewNotification) -> Result<Created, SubmitError> {
+    let now = services.clock.now().await?;
+    let created = services.submissions.create(new, &services.channels, now).await?;
+    if !created.differs.is_empty() {
+        let differences = created.differs.iter().map(|field| Difference { recipient: None, field }).collect();
+        return Err(SubmitError::Conflict(differences));
+    }
+    crate::metrics::record_submission(created.created);
+    Ok(created)
+}
+
+/// Submits one event for several recipients, each as [`submit`] would, in one transaction: all of it or,
+/// on a conflict or a failure, none of it. A repeat must say the same thing for every recipient; that is
+/// checked before anything is written.
+///
+/// # Errors
+/// A conflict (naming each recipient's differing fields) or a store failure.
+pub async fn submit_event(services: &Services, news: &[NewNotification]) -> Result<Vec<Created>, SubmitError> {
+    event_conflicts(services, news).await?;
+    let now = services.clock.now().await?;
+    let created = services.submissions.create_event(news, &services.channels, now).await?;
+    if created.iter().any(|c| !c.differs.is_empty()) {
+        // Another submission stored a different one meanwhile; nothing of this event was written. Its
+        // fields are named as the check above names them.
+        event_conflicts(services, news).await?;
+        return Err(SubmitError::Conflict(Vec::new()));
+    }
+    for one in &created {
+        crate::metrics::record_submission(one.created);
+    }
+    Ok(created)
+}
+
+/// Every recipient field in which `news` differ from what is stored under the same (user, event key).
+async fn event_conflicts(services: &Services, news: &[NewNotification]) -> Result<(), SubmitError> {
+    let Some(first) = news.first() else { return Ok(()) };
+    let users: Vec<_> = news.iter().map(|n| n.user_id.clone()).collect();
+    let stored = services.submissions.submitted(&first.event_key, &users).await?;
+    let mut differences = Vec::new();
+    for (i, new) in news.iter().enumerate() {
+        if let Some(before) = stored.iter().find(|s| s.user_id == new.user_id) {
+            differences
+                .extend(before.differences(new).into_iter().map(|field| Difference { recipient: Some(i), field }));
+        }
+    }
+    if differences.is_empty() {
+        Ok(())
+    } else {
+        Err(SubmitError::Conflict(differences))
+    }
+}
+
+/// Who reads a notification: anyone (a service, an operator), or one user, who sees only their own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reader {
+    Any,
+    User(UserId),
+}
+
+/// One notification with its tasks and every attempt, oldest first — `None` when there is none, and
+/// likewise for another user's: a user learns nothing about notifications that are not their own, not
+/// even that they exist.
+///
+/// # Errors
+/// Store failures.
+pub async fn notification(
+    services: &Services,
+    reader: &Reader,
+    id: NotificationRef,
+) -> Result<Option<NotificationView>, StoreError> {
+    let Some(id) = services.reads.notification_by_ref(id).await? else { return Ok(None) };
+    let view = services.reads.notification(id).await?;
+    Ok(view.filter(|view| match reader {
+        Reader::Any => true,
+        Reader::User(user) => user == &view.user_id,
+    }))
+}
 
 /// The parked tasks, oldest first, at most `limit`.
 ///
 /// # Errors
 /// Store failures.
 pub async fn review_list(services: &Services, limit: u32) -> Result<Vec<TaskView>, StoreError> {
-    services.store.parked(limit).await
+    services.review.parked(limit).await
 }
 
 /// Settles one parked task as a person decided, once: a task that is not parked (already resolved, or
@@ -38,7 +143,7 @@ pub async fn resolve(
     note: &str,
 ) -> Result<Resolved, ResolveError> {
     let now = services.clock.now().await?;
-    let resolved = services.store.resolve_manually(task, final_state, note, now).await?;
+    let resolved = services.review.resolve_manually(task, final_state, note, now).await?;
     // The note is the operator's text: it is not logged (it may quote a user), only the decision.
     tracing::info!(task_id = %task, state = %resolved.state, decision = final_state.as_str(), "task resolved by a human");
     metrics::counter!("herald_manual_resolutions_total", "decision" => final_state.as_str()).increment(1);
@@ -66,7 +171,7 @@ pub async fn mark_read(
     notification: NotificationRef,
 ) -> Result<MarkRead, StoreError> {
     let now = services.clock.now().await?;
-    services.store.mark_read(user, notification, now).await
+    services.inbox.mark_read(user, notification, now).await
 }
 
 /// A page of a user's inbox, newest first, after `cursor`.
@@ -79,7 +184,7 @@ pub async fn inbox_page(
     cursor: Option<InboxCursor>,
     limit: u32,
 ) -> Result<Vec<InboxItem>, StoreError> {
-    services.store.inbox_page(user, cursor, limit).await
+    services.inbox.inbox_page(user, cursor, limit).await
 }
 
 /// A page of the review queue with the console's filters (channel, parked for at least `min_age`).
@@ -97,7 +202,7 @@ pub async fn review_page(
         Some(age) => Some(services.clock.now().await? - age),
         None => None,
     };
-    services.store.parked_page(&ParkedFilter { channel, parked_before, after, limit }).await
+    services.review.parked_page(&ParkedFilter { channel, parked_before, after, limit }).await
 }
 
 /// What the delivery log can be asked.
@@ -117,16 +222,16 @@ pub enum LogQuery {
 /// Store failures.
 pub async fn find_notification(services: &Services, query: &LogQuery) -> Result<Option<NotificationView>, StoreError> {
     let id = match query {
-        LogQuery::NotificationRef(id) => match services.store.notification_by_ref(*id).await? {
+        LogQuery::NotificationRef(id) => match services.reads.notification_by_ref(*id).await? {
             // A task reference is a UUID too: a text that names no notification may name a task.
-            None => services.store.notification_by_reference(&id.to_string()).await?,
+            None => services.reads.notification_by_reference(&id.to_string()).await?,
             found => found,
         },
-        LogQuery::Reference(reference) => services.store.notification_by_reference(reference).await?,
-        LogQuery::Event(user, key) => services.store.notification_by_event(user, key).await?,
+        LogQuery::Reference(reference) => services.reads.notification_by_reference(reference).await?,
+        LogQuery::Event(user, key) => services.reads.notification_by_event(user, key).await?,
     };
     match id {
-        Some(id) => services.store.notification(id).await,
+        Some(id) => services.reads.notification(id).await,
         None => Ok(None),
     }
 }
@@ -152,9 +257,9 @@ pub struct ChannelOverview {
 /// Store failures.
 pub async fn overview(services: &Services) -> Result<(Timestamp, Vec<ChannelOverview>), StoreError> {
     let now = services.clock.now().await?;
-    let counts = services.store.task_counts().await?;
-    let recent = services.store.outcome_counts(now - Millis::from_secs(3600)).await?;
-    let slots = services.store.egress_slots().await?;
+    let counts = services.reads.task_counts().await?;
+    let recent = services.reads.outcome_counts(now - Millis::from_secs(3600)).await?;
+    let slots = services.reads.egress_slots().await?;
     let out = services
         .channels
         .0
@@ -397,7 +502,7 @@ pub async fn test_send(services: &Services, user: &UserId, channel: &ChannelName
     // As in the worker: measured from before the clock is read, so the slot's age is never understated.
     let clock_read = Instant::now();
     let now = services.clock.now().await?;
-    match services.store.reserve_test_send(user, channel, &rules, services.test_send_quota, now).await? {
+    match services.egress.reserve_test_send(user, channel, &rules, services.test_send_quota, now).await? {
         TestSendGrant::Go => {}
         TestSendGrant::QuotaExceeded(wait) => return Err(TestSendError::QuotaExceeded(wait)),
         TestSendGrant::ChannelBusy(wait) => return Err(TestSendError::TooSoon(wait)),

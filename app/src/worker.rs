@@ -22,8 +22,8 @@ use herald_domain::{give_back, slot_kept, Action, IdempotencyKey, Jitter, Millis
 use herald_domain::{Outcome, RetryPolicy, SlotWait, Timestamp};
 use herald_ports::store::{ChannelTable, GiveBack};
 use herald_ports::{
-    ChannelRegistry, ClaimRequest, ClaimedTask, Clock, DestinationCipher, FinishResult, NotificationStore,
-    OutboundMessage, StoreError,
+    ChannelRegistry, ClaimRequest, ClaimedTask, Clock, DeliveryStore, DestinationCipher, FinishResult, OutboundMessage,
+    StoreError,
 };
 use tokio::sync::watch;
 
@@ -91,7 +91,7 @@ pub enum Report {
 pub type Cycle = Vec<Report>;
 
 pub struct Worker {
-    store: Arc<dyn NotificationStore>,
+    store: Arc<dyn DeliveryStore>,
     channels: Arc<dyn ChannelRegistry>,
     cipher: Arc<dyn DestinationCipher>,
     clock: Arc<dyn Clock>,
@@ -133,7 +133,7 @@ impl Claim {
 
 impl Worker {
     pub fn new(
-        store: Arc<dyn NotificationStore>,
+        store: Arc<dyn DeliveryStore>,
         channels: Arc<dyn ChannelRegistry>,
         cipher: Arc<dyn DestinationCipher>,
         clock: Arc<dyn Clock>,
@@ -699,7 +699,7 @@ mod tests {
     use herald_ports::channel::{MockChannel, MockChannelRegistry};
     use herald_ports::cipher::MockDestinationCipher;
     use herald_ports::clock::MockClock;
-    use herald_ports::store::{ClaimBatch, MockNotificationStore, Settled};
+    use herald_ports::store::{ClaimBatch, MockDeliveryStore, Settled};
     use mockall::Sequence;
     use secrecy::SecretString;
 
@@ -750,7 +750,7 @@ mod tests {
     /// Builds a worker whose channel expects `sends` calls, in the order claim → send → finish.
     fn worker(batch: ClaimBatch, sends: usize) -> Worker {
         let mut seq = Sequence::new();
-        let mut store = MockNotificationStore::new();
+        let mut store = MockDeliveryStore::new();
         let mut channel = MockChannel::new();
         channel.expect_rules().returning(rules);
         channel.expect_outbound_text().returning(|body, _| body.to_owned());
@@ -798,7 +798,7 @@ mod tests {
         let mut task = claimed(3);
         task.finish.capability = capability;
         let batch = ClaimBatch { claimed: vec![task], ..ClaimBatch::default() };
-        let mut store = MockNotificationStore::new();
+        let mut store = MockDeliveryStore::new();
         store.expect_claim().times(1).return_once(move |_| Ok(batch));
         store
             .expect_finish_batch()
@@ -844,7 +844,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_that_could_outlive_its_lease_is_not_made_and_the_attempt_is_given_back() {
-        let mut store = MockNotificationStore::new();
+        let mut store = MockDeliveryStore::new();
         let batch = ClaimBatch { claimed: vec![claimed(3)], ..ClaimBatch::default() };
         store.expect_claim().times(1).return_once(move |_| Ok(batch));
         store.expect_finish().times(0);
@@ -926,7 +926,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_worker_that_only_gives_back_does_not_spin() {
         let claims = Arc::new(AtomicU64::new(0));
-        let mut store = MockNotificationStore::new();
+        let mut store = MockDeliveryStore::new();
         let counted = Arc::clone(&claims);
         store.expect_claim().returning(move |_| {
             counted.fetch_add(1, Ordering::Relaxed);
@@ -1015,7 +1015,7 @@ mod tests {
         // Tasks handed out by claims, and tasks whose finish was written: their difference is the work
         // still out when a claim is made.
         let (handed, finished) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let mut store = MockNotificationStore::new();
+        let mut store = MockDeliveryStore::new();
         let (seen, next, done) = (Arc::clone(&claims), Arc::clone(&handed), Arc::clone(&finished));
         store.expect_claim().returning(move |request| {
             let from = next.load(Ordering::SeqCst);
@@ -1102,7 +1102,7 @@ mod tests {
     }
 
     /// A worker over `store` and `clock` whose one channel answers at once; polls only every hour.
-    fn slot_worker(store: MockNotificationStore, clock: MockClock) -> (Worker, Arc<SlowChannel>) {
+    fn slot_worker(store: MockDeliveryStore, clock: MockClock) -> (Worker, Arc<SlowChannel>) {
         let channel = Arc::new(SlowChannel {
             name: ChannelName::from("push"),
             delay: Duration::ZERO,
@@ -1142,7 +1142,7 @@ mod tests {
     async fn a_claim_that_found_the_slot_taken_is_followed_by_one_when_it_is_free_not_at_the_poll() {
         const SLOT_IN: Duration = Duration::from_millis(300);
         let instants = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
-        let mut store = MockNotificationStore::new();
+        let mut store = MockDeliveryStore::new();
         let seen = Arc::clone(&instants);
         store.expect_claim().returning(move |request| {
             let mut seen = seen.lock().expect("instants");
@@ -1178,7 +1178,7 @@ mod tests {
         const SPACING: Millis = Millis(40);
         let claims = Arc::new(AtomicU64::new(0));
         let last_call = Arc::new(std::sync::Mutex::new(None::<Timestamp>));
-        let mut store = MockNotificationStore::new();
+        let mut store = MockDeliveryStore::new();
         let (counted, last) = (Arc::clone(&claims), Arc::clone(&last_call));
         store.expect_claim().returning(move |request| {
             let n = counted.fetch_add(1, Ordering::SeqCst);
@@ -1218,7 +1218,7 @@ mod tests {
         const SPACING: i64 = 20;
         for free_now in [false, true] {
             let claims = Arc::new(AtomicU64::new(0));
-            let mut store = MockNotificationStore::new();
+            let mut store = MockDeliveryStore::new();
             let counted = Arc::clone(&claims);
             store.expect_claim().returning(move |request| {
                 counted.fetch_add(1, Ordering::SeqCst);

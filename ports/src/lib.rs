@@ -2,7 +2,7 @@
 //!
 //! Ports speak only domain words. No `sqlx::` or `reqwest::` type appears in a signature; adapters map
 //! their library errors to the classified error enums here (with an `Unknown` variant for the rest).
-//! With the `mocks` feature every trait has a mockall mock (`MockNotificationStore`, …) for unit tests
+//! With the `mocks` feature every trait has a mockall mock (`MockDeliveryStore`, …) for unit tests
 //! of orchestration; tests of behaviour use a real PostgreSQL and real stand-in channels instead.
 
 pub mod channel;
@@ -18,8 +18,15 @@ pub use clock::Clock;
 pub use prefs::{ChannelPref, PreferenceStore, StoredDestination};
 pub use sessions::{Credential, NewSession, NewSignInLink, SessionOwner, SessionRole, SessionStore, StoredSession};
 pub use store::{
-    AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, Deferred, EgressSlot, FinishRecord,
-    FinishResult, InboxChannel, InboxCursor, InboxItem, MarkRead, Merged, NewNotification, NotificationStore,
-    NotificationView, OutcomeCount, ParkedFilter, ParkedTask, ResolveError, Resolved, Settled, StoreError,
-    StoredSubmission, TaskCount, TaskSummary, TaskView, TestSendGrant,
+    AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, Deferred, DeliveryStore, EgressSlot,
+    EgressStore, FinishRecord, FinishResult, InboxChannel, InboxCursor, InboxItem, InboxStore, MarkRead, Merged,
+    NewNotification, NotificationView, OutcomeCount, ParkedFilter, ParkedTask, ReadModels, ResolveError, Resolved,
+    ReviewStore, Settled, StoreError, StoredSubmission, SubmissionStore, TaskCount, TaskSummary, TaskView,
+    TestSendGrant,
 };
+
+/// Every port a whole store implements, for `use herald_ports::prelude::*`.
+pub mod prelude {
+    pub use crate::store::prelude::*;
+    pub use crate::{PreferenceStore, SessionStore};
+}

@@ -1,5 +1,5 @@
-//! The notification store port: creating notifications, claiming and finishing delivery tasks, the human
-//! exit, and the read models (notification view, review list, inbox).
+//! The notification store ports, one per role ([`prelude`] lists them): creating notifications, claiming
+//! and finishing delivery tasks, test sends, the human exit, the inbox, and the read models.
 //!
 //! The store keeps decisions, it does not make them: `claim` calls `herald_domain::decide_claim` on every
 //! locked row inside its transaction and stores the result; `finish` stores a `Transition` the caller
@@ -427,17 +427,26 @@ pub enum ResolveError {
     Store(#[from] StoreError),
 }
 
-/// What the console's read models answer on a store that does not implement them (wrappers in tests
-/// that only need the delivery paths).
-fn unsupported(what: &str) -> StoreError {
-    StoreError::Unknown(anyhow::anyhow!("{what} is not supported by this store"))
+/// The store, split by who uses it. Each role is a port of its own, so a wrapper (a fault injector, a
+/// team's own store) implements what its user needs and nothing else, and no method answers "not
+/// supported" at run time. `PgStore` implements every role; [`prelude`] brings them all into scope.
+///
+/// | role | used by |
+/// |---|---|
+/// | [`SubmissionStore`] | the submit use cases (API, events) |
+/// | [`DeliveryStore`] | the worker and its finisher: claim, finish, give back |
+/// | [`EgressStore`] | the test send: its quota and the channel's egress slot |
+/// | [`ReviewStore`] | the human exit and the review queue |
+/// | [`InboxStore`] | a user's inbox and mark-as-read |
+/// | [`ReadModels`] | notification views, look-ups for the delivery log, the overview's counts |
+pub mod prelude {
+    pub use super::{DeliveryStore, EgressStore, InboxStore, ReadModels, ReviewStore, SubmissionStore};
 }
 
-/// The console's reads (SPEC §11 `/console`) and mark-as-read have default bodies that refuse, so a store
-/// wrapper written for the delivery paths keeps compiling; `PgStore` implements every one.
+/// Submissions (SPEC §3 `create`).
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
-pub trait NotificationStore: Send + Sync {
+pub trait SubmissionStore: Send + Sync {
     /// SPEC §3: in one transaction, inserts the notification unless `(user_id, event_key)` exists; when
     /// inserted, also the inbox item and one task per enabled channel of `channels`. For a duplicate it
     /// MUST return the existing notification with `created = false` and write nothing.
@@ -450,32 +459,26 @@ pub trait NotificationStore: Send + Sync {
 
     /// SPEC §3 for every recipient of one event (each user once), in **one transaction**: each `new` as
     /// [`create`] would store it (its own dedup, inbox item, tasks and digest decisions), the answers in
-    /// the order of `news`. When any recipient's stored submission differs from its `new`, nothing at all is written
-    /// and the answer holds only those recipients' repeats (`differs` not empty).
+    /// the order of `news`. When any recipient's stored submission differs from its `new`, nothing at all
+    /// is written and the answer holds only those recipients' repeats (`differs` not empty).
     ///
-    /// The default, for test doubles, calls [`create`] once per recipient (not one transaction).
-    ///
-    /// [`create`]: NotificationStore::create
+    /// [`create`]: SubmissionStore::create
     async fn create_event(
         &self,
         news: &[NewNotification],
         channels: &ChannelTable,
         now: Timestamp,
-    ) -> Result<Vec<Created>, StoreError> {
-        let mut answers = Vec::with_capacity(news.len());
-        for new in news {
-            answers.push(self.create(new, channels, now).await?);
-        }
-        if answers.iter().any(|a| !a.differs.is_empty()) {
-            answers.retain(|a| !a.differs.is_empty());
-        }
-        Ok(answers)
-    }
+    ) -> Result<Vec<Created>, StoreError>;
 
     /// The submissions stored before under `event_key` for any of `users` (SPEC §3): what a repeat is
     /// compared with before anything is written.
     async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError>;
+}
 
+/// The delivery path (SPEC §4, §5, §7): what a worker and its finisher need, and nothing else.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait DeliveryStore: Send + Sync {
     /// SPEC §4: claims up to `limit` runnable tasks with `FOR UPDATE … SKIP LOCKED` in one short
     /// transaction. Every returned [`ClaimedTask`] is committed as `SENDING` under a fresh token before
     /// this returns; the caller calls the channel only afterwards.
@@ -486,12 +489,12 @@ pub trait NotificationStore: Send + Sync {
     /// [`FinishResult::Stale`] without touching the task.
     async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError>;
 
-    /// [`NotificationStore::finish`] for many attempts at once, each fenced by its own token: a stale
-    /// record lands as its attempt's late outcome and does not affect the others. The inner results are
-    /// in the order of `records`; the outer error means nothing was written.
+    /// [`DeliveryStore::finish`] for many attempts at once, each fenced by its own token: a stale record
+    /// lands as its attempt's late outcome and does not affect the others. The inner results are in the
+    /// order of `records`; the outer error means nothing was written.
     ///
-    /// The default finishes one record after the other (for store wrappers); `PgStore` writes the whole
-    /// batch in one statement.
+    /// The default finishes one record after the other (a wrapper that changes how one finish behaves
+    /// gets the same for batches); `PgStore` writes the whole batch in one statement.
     async fn finish_batch(
         &self,
         records: &[FinishRecord],
@@ -507,9 +510,14 @@ pub trait NotificationStore: Send + Sync {
     /// attempt (no call was made, so no budget is spent and no attempt row stays); otherwise changes
     /// nothing and returns [`FinishResult::Stale`].
     async fn give_back(&self, record: &GiveBack) -> Result<FinishResult, StoreError>;
+}
 
-    /// SPEC §7, §9: reserves an egress slot of `channel` at `now` for a call that belongs to no task (the
-    /// settings page's test send), through the same per-channel row and decision as a claim.
+/// Calls that belong to no task (SPEC §7, §9): the settings page's test send.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait EgressStore: Send + Sync {
+    /// Reserves an egress slot of `channel` at `now`, through the same per-channel row and decision as a
+    /// claim.
     async fn reserve_egress(
         &self,
         channel: &ChannelName,
@@ -517,12 +525,10 @@ pub trait NotificationStore: Send + Sync {
         now: Timestamp,
     ) -> Result<EgressDecision, StoreError>;
 
-    /// SPEC §9: reserves one test send of `user` on `channel` at `now`: the per-(user, channel) `quota`
-    /// first (refused: nothing written), then, on a channel with an egress interval, behind every real
-    /// delivery — a delivery due on the channel, or a slot not free yet, refuses it (nothing written, the
-    /// press does not count) — else the slot is taken and the press recorded.
-    ///
-    /// The default, for stores without a quota (test doubles), is the plain egress reservation.
+    /// Reserves one test send of `user` on `channel` at `now`: the per-(user, channel) `quota` first
+    /// (refused: nothing written), then, on a channel with an egress interval, behind every real delivery
+    /// — a delivery due on the channel, or a slot not free yet, refuses it (nothing written, the press does
+    /// not count) — else the slot is taken and the press recorded.
     async fn reserve_test_send(
         &self,
         user: &UserId,
@@ -530,15 +536,14 @@ pub trait NotificationStore: Send + Sync {
         rules: &ChannelRules,
         quota: herald_domain::quota::TestSendQuota,
         now: Timestamp,
-    ) -> Result<TestSendGrant, StoreError> {
-        let _ = (user, quota);
-        Ok(match self.reserve_egress(channel, rules, now).await? {
-            EgressDecision::Go => TestSendGrant::Go,
-            EgressDecision::DeferUntil(until) => TestSendGrant::ChannelBusy(until.since(now)),
-        })
-    }
+    ) -> Result<TestSendGrant, StoreError>;
+}
 
-    /// SPEC §3/§6: the human exit; succeeds only from parked, once.
+/// The human exit (SPEC §3, §6) and the queue it works from.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait ReviewStore: Send + Sync {
+    /// Succeeds only from parked, once.
     async fn resolve_manually(
         &self,
         task: TaskId,
@@ -547,78 +552,66 @@ pub trait NotificationStore: Send + Sync {
         now: Timestamp,
     ) -> Result<Resolved, ResolveError>;
 
-    async fn notification(&self, id: NotificationId) -> Result<Option<NotificationView>, StoreError>;
-
     /// Parked tasks, oldest first.
     async fn parked(&self, limit: u32) -> Result<Vec<TaskView>, StoreError>;
 
+    /// A page of the review queue (the console's filters and pagination).
+    async fn parked_page(&self, filter: &ParkedFilter) -> Result<Vec<ParkedTask>, StoreError>;
+}
+
+/// A user's in-app inbox (SPEC §11).
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait InboxStore: Send + Sync {
     /// A user's inbox, newest first.
     async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError>;
+
+    /// A page of a user's inbox, newest first, after `cursor`.
+    async fn inbox_page(
+        &self,
+        user: &UserId,
+        cursor: Option<InboxCursor>,
+        limit: u32,
+    ) -> Result<Vec<InboxItem>, StoreError>;
+
+    /// Marks a user's inbox item read at `now`; repeating it changes nothing (the first time stays).
+    /// Another user's notification is [`MarkRead::NotFound`], like a missing one.
+    async fn mark_read(
+        &self,
+        user: &UserId,
+        notification: NotificationRef,
+        now: Timestamp,
+    ) -> Result<MarkRead, StoreError>;
+}
+
+/// Read models: a notification with its tasks and attempts, the delivery log's look-ups, and the counts
+/// of the gauges and the overview.
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait ReadModels: Send + Sync {
+    async fn notification(&self, id: NotificationId) -> Result<Option<NotificationView>, StoreError>;
+
+    /// The notification known outside by `notification`, if any.
+    async fn notification_by_ref(&self, notification: NotificationRef) -> Result<Option<NotificationId>, StoreError>;
+
+    /// The notification of `(user, event_key)`, if any.
+    async fn notification_by_event(
+        &self,
+        user: &UserId,
+        event_key: &EventKey,
+    ) -> Result<Option<NotificationId>, StoreError>;
+
+    /// The notification whose task has this reference, if any.
+    async fn notification_by_reference(&self, reference: &str) -> Result<Option<NotificationId>, StoreError>;
 
     /// Tasks counted by channel, state and parked, for the `/metrics` gauges, ordered by channel, state
     /// and parked; a group without tasks is left out. The caller decides how often it runs; the
     /// PostgreSQL store answers from a tally its triggers keep, without reading the task table.
     async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError>;
 
-    /// SPEC §11: marks a user's inbox item read at `now`; repeating it changes nothing (the first time
-    /// stays). Another user's notification is [`MarkRead::NotFound`], like a missing one.
-    async fn mark_read(
-        &self,
-        user: &UserId,
-        notification: NotificationRef,
-        now: Timestamp,
-    ) -> Result<MarkRead, StoreError> {
-        let _ = (user, notification, now);
-        Err(unsupported("mark_read"))
-    }
-
-    /// A page of a user's inbox, newest first, after `cursor` (the console's pagination).
-    async fn inbox_page(
-        &self,
-        user: &UserId,
-        cursor: Option<InboxCursor>,
-        limit: u32,
-    ) -> Result<Vec<InboxItem>, StoreError> {
-        let _ = (user, cursor, limit);
-        Err(unsupported("inbox_page"))
-    }
-
-    /// A page of the review queue (the console's filters and pagination).
-    async fn parked_page(&self, filter: &ParkedFilter) -> Result<Vec<ParkedTask>, StoreError> {
-        let _ = filter;
-        Err(unsupported("parked_page"))
-    }
-
-    /// The notification of `(user, event_key)`, if any (the console's delivery log).
-    async fn notification_by_event(
-        &self,
-        user: &UserId,
-        event_key: &EventKey,
-    ) -> Result<Option<NotificationId>, StoreError> {
-        let _ = (user, event_key);
-        Err(unsupported("notification_by_event"))
-    }
-
-    /// The notification known outside by `notification`, if any (the API, the console).
-    async fn notification_by_ref(&self, notification: NotificationRef) -> Result<Option<NotificationId>, StoreError> {
-        let _ = notification;
-        Err(unsupported("notification_by_ref"))
-    }
-
-    /// The notification whose task has this reference, if any (the console's delivery log).
-    async fn notification_by_reference(&self, reference: &str) -> Result<Option<NotificationId>, StoreError> {
-        let _ = reference;
-        Err(unsupported("notification_by_reference"))
-    }
-
     /// Attempts counted by channel and outcome since `since` (the console's overview).
-    async fn outcome_counts(&self, since: Timestamp) -> Result<Vec<OutcomeCount>, StoreError> {
-        let _ = since;
-        Err(unsupported("outcome_counts"))
-    }
+    async fn outcome_counts(&self, since: Timestamp) -> Result<Vec<OutcomeCount>, StoreError>;
 
     /// Every channel's latest egress reservation (the console's overview).
-    async fn egress_slots(&self) -> Result<Vec<EgressSlot>, StoreError> {
-        Err(unsupported("egress_slots"))
-    }
+    async fn egress_slots(&self) -> Result<Vec<EgressSlot>, StoreError>;
 }

@@ -142,7 +142,7 @@ pub fn groups(counts: &[herald_ports::store::TaskCount]) -> Vec<Group> {
 /// # Errors
 /// Database failures.
 pub async fn gauge_differences(store: &herald_postgres::PgStore) -> anyhow::Result<Vec<String>> {
-    use herald_ports::NotificationStore as _;
+    use herald_ports::prelude::*;
     let mut differences = derived_differences(store.pool()).await?;
     let answer = groups(&store.task_counts().await?);
     let exact = exact_task_counts(store.pool()).await?;

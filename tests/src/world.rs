@@ -15,10 +15,9 @@ use herald_domain::{
     ChannelKind, ChannelName, ChannelRules, EventKey, Millis, NotificationId, Policy, TaskId, ThreadKey, Timestamp,
     UserId,
 };
+use herald_ports::prelude::*;
 use herald_ports::store::{ChannelTable, Created, NewNotification, TaskView};
-use herald_ports::{
-    Channel, ChannelRegistry, Clock, DestinationCipher, NotificationStore, OutboundMessage, PreferenceStore,
-};
+use herald_ports::{Channel, ChannelRegistry, Clock, DestinationCipher, OutboundMessage, PreferenceStore};
 use herald_standin::{Kind, StandIn};
 use secrecy::SecretString;
 
@@ -287,7 +286,7 @@ impl Channel for WithPolicy {
 /// # Errors
 /// When the text is not an opaque id, or names no notification.
 pub async fn internal_id(store: &herald_postgres::PgStore, public: &str) -> anyhow::Result<NotificationId> {
-    use herald_ports::NotificationStore as _;
+    use herald_ports::prelude::*;
     let reference = herald_domain::NotificationRef::parse(public)
         .ok_or_else(|| anyhow::anyhow!("{public} is not an opaque notification id"))?;
     store.notification_by_ref(reference).await?.ok_or_else(|| anyhow::anyhow!("no notification {public}"))

@@ -650,7 +650,7 @@ async fn herald_serve(config: &Path, base: &str) -> tokio::process::Child {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_two_real_herald_serve_processes_share_a_session_and_a_decision_shows_as_human() {
-    use herald_ports::{NotificationStore as _, PreferenceStore as _};
+    use herald_ports::prelude::*;
     let _one = serial().await;
     let db = herald_tests::TestDb::fresh().await.expect("a fresh database");
     let miao = herald_standin::StandIn::start(herald_standin::Kind::Miaotixing).await;

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use herald_app::api::{self, ApiState, Authenticator, ClockReadiness, DEFAULT_BODY_LIMIT};
-use herald_ports::{ChannelTable, NotificationStore};
+use herald_ports::prelude::*;
+use herald_ports::ChannelTable;
 use herald_standin::{Script, MIAO_NOT_FOUND};
 use herald_tests::{ClockMode, World};
 use secrecy::{ExposeSecret as _, SecretString};
@@ -188,19 +189,14 @@ async fn a_planted_destination_appears_in_no_log_error_response_or_row() -> anyh
         .iter()
         .map(|u| ((*u).to_owned(), auth.user_token(u).expose_secret().to_owned()))
         .collect();
-    let table: ChannelTable = world.table();
+    let _table: ChannelTable = world.table();
     let state = ApiState {
-        store: world.store.clone(),
-        prefs: world.store.clone(),
-        sessions: world.store.clone(),
-        registry: world.registry.clone(),
-        cipher: world.cipher.clone(),
-        clock: world.clock.clone(),
+        // The quota is not what this test is about (it/test_send.rs proves it): no press is refused by it.
+        services: world
+            .services()
+            .with_test_send_quota(herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 }),
         auth: Arc::new(auth),
         console: herald_app::api::ConsoleSettings::default(),
-        channels: Arc::new(table),
-        // The quota is not what this test is about (it/test_send.rs proves it): no press is refused by it.
-        test_send_quota: herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 },
         readiness: Arc::new(ClockReadiness(world.clock.clone())),
         metrics: None,
         body_limit: DEFAULT_BODY_LIMIT,
@@ -453,16 +449,11 @@ async fn planted_email_and_webpush_destinations_appear_in_no_log_error_response_
     let users = ["leak-a", "leak-b", "leak-c"];
     let tokens: Vec<String> = users.iter().map(|u| auth.user_token(u).expose_secret().to_owned()).collect();
     let state = ApiState {
-        store: world.store.clone(),
-        prefs: world.store.clone(),
-        sessions: world.store.clone(),
-        registry: world.registry.clone(),
-        cipher: world.cipher.clone(),
-        clock: world.clock.clone(),
+        services: world
+            .services()
+            .with_test_send_quota(herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 }),
         auth: Arc::new(auth),
         console: herald_app::api::ConsoleSettings::default(),
-        channels: Arc::new(world.table()),
-        test_send_quota: herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 },
         readiness: Arc::new(ClockReadiness(world.clock.clone())),
         metrics: None,
         body_limit: DEFAULT_BODY_LIMIT,

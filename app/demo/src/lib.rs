@@ -346,7 +346,6 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
 
     let clock: Arc<dyn Clock> = Arc::new(store.clock());
     let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), Arc::clone(&clock));
-    let store_port = Arc::clone(&services.store);
 
     // 3. The API.
     let listener = match tokio::net::TcpListener::bind(options.listen).await {
@@ -401,10 +400,11 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     println!("  {} in {:.1} s", if drained { "drained" } else { "NOT drained" }, drain_time.as_secs_f64());
 
     // 6. The summary.
-    let (channels, cases) = summary::count(store_port.as_ref(), services.prefs.as_ref(), &submitted, &standins).await?;
+    let (channels, cases) =
+        summary::count(services.reads.as_ref(), services.prefs.as_ref(), &submitted, &standins).await?;
     let notification_rows = count_rows(&store, "notification").await?;
     let task_rows = count_rows(&store, "delivery_task").await?;
-    let parked = store_port.parked(100).await?;
+    let parked = services.review.parked(100).await?;
     let report = DemoReport {
         channels,
         cases,

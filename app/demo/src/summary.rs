@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 
 use herald_channels::kinds::webpush::topic;
 use herald_domain::{ChannelName, NotificationRef, TaskState, UserId};
-use herald_ports::{NotificationStore, PreferenceStore, StoreError, TaskView};
+use herald_ports::prelude::*;
+use herald_ports::{PreferenceStore, StoreError, TaskView};
 use herald_standin::{SmtpStandIn, StandIn, WebPushService};
 
 use super::scenario::{self, Ch, End, CASES};
@@ -111,7 +112,7 @@ impl StandIns<'_> {
 /// # Errors
 /// Store failures.
 pub async fn count(
-    store: &dyn NotificationStore,
+    store: &dyn ReadModels,
     prefs: &dyn PreferenceStore,
     submitted: &Submitted,
     standins: &StandIns<'_>,

@@ -24,9 +24,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{Request, StatusCode};
 use axum::routing::{get, post, put};
 use axum::Router;
-use herald_ports::{
-    ChannelRegistry, ChannelTable, Clock, DestinationCipher, NotificationStore, PreferenceStore, SessionStore,
-};
+use herald_ports::{ChannelTable, Clock};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
@@ -85,23 +83,15 @@ impl<R: Readiness> Readiness for CachedReadiness<R> {
 /// How long `herald serve` keeps a `/readyz` answer.
 pub const READINESS_TTL: Duration = Duration::from_secs(1);
 
-/// Everything the handlers use. Cheap to clone: every field is shared.
+/// Everything the handlers use: the services their use cases run on, and what only the HTTP front end
+/// knows (tokens, console settings, readiness, metrics, the body limit). Cheap to clone: every field is
+/// shared.
 #[derive(Clone)]
 pub struct ApiState {
-    pub store: Arc<dyn NotificationStore>,
-    pub prefs: Arc<dyn PreferenceStore>,
-    pub sessions: Arc<dyn SessionStore>,
-    /// For the test send; it goes through the same adapters as workers.
-    pub registry: Arc<dyn ChannelRegistry>,
-    pub cipher: Arc<dyn DestinationCipher>,
-    pub clock: Arc<dyn Clock>,
+    pub services: crate::compose::Services,
     pub auth: Arc<Authenticator>,
     /// The console's sessions, and whether the installation is reached over https.
     pub console: ConsoleSettings,
-    /// The configured channels with their rules, in configuration order.
-    pub channels: Arc<ChannelTable>,
-    /// Test sends allowed per (user, channel).
-    pub test_send_quota: herald_domain::TestSendQuota,
     pub readiness: Arc<dyn Readiness>,
     /// `None`: `/metrics` answers an empty document.
     pub metrics: Option<PrometheusHandle>,
@@ -113,16 +103,7 @@ impl ApiState {
     /// The services the handlers' use cases run on (`crate::usecases`).
     #[must_use]
     pub fn services(&self) -> crate::compose::Services {
-        crate::compose::Services {
-            store: Arc::clone(&self.store),
-            prefs: Arc::clone(&self.prefs),
-            sessions: Arc::clone(&self.sessions),
-            registry: Arc::clone(&self.registry),
-            cipher: Arc::clone(&self.cipher),
-            clock: Arc::clone(&self.clock),
-            channels: Arc::clone(&self.channels),
-            test_send_quota: self.test_send_quota,
-        }
+        self.services.clone()
     }
 
     /// With these console settings.

@@ -42,13 +42,7 @@ pub async fn submit_notification(
     ApiJson(request): ApiJson<SubmitNotification>,
 ) -> ApiResult<(StatusCode, Json<CreatedBody>)> {
     let new = request.validate()?;
-    let now = state.clock.now().await?;
-    let created = state.store.create(&new, &state.channels, now).await?;
-    if !created.differs.is_empty() {
-        // A repeat writes nothing; one that says something else is the caller's mistake, not a repeat.
-        return Err(Problem::submission_conflict(differing_fields("", &created.differs)));
-    }
-    crate::metrics::record_submission(created.created);
+    let created = usecases::submit(&state.services, &new).await.map_err(submit_problem)?;
     let status = if created.created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(CreatedBody::from(&created))))
 }
@@ -77,19 +71,9 @@ pub async fn submit_event(
     ApiJson(request): ApiJson<SubmitEvent>,
 ) -> ApiResult<(StatusCode, Json<EventCreatedBody>)> {
     let notifications = request.validate()?;
-    // A repeat must say the same thing for every recipient; checked before anything is written.
-    event_conflicts(&state, &notifications).await?;
-    let now = state.clock.now().await?;
-    let created = state.store.create_event(&notifications, &state.channels, now).await?;
-    if created.iter().any(|c| !c.differs.is_empty()) {
-        // Another submit stored a different one meanwhile; nothing of this event was written. Its
-        // fields are named as the check above names them.
-        event_conflicts(&state, &notifications).await?;
-        return Err(Problem::submission_conflict(Vec::new()));
-    }
+    let created = usecases::submit_event(&state.services, &notifications).await.map_err(submit_problem)?;
     let mut results = Vec::with_capacity(notifications.len());
     for (new, created) in notifications.iter().zip(&created) {
-        crate::metrics::record_submission(created.created);
         results.push(RecipientCreated { user_id: new.user_id.to_string(), notification: CreatedBody::from(created) });
     }
     let any_created = results.iter().any(|r| r.notification.created);
@@ -98,35 +82,24 @@ pub async fn submit_event(
     Ok((status, Json(EventCreatedBody { event_key, notifications: results })))
 }
 
-/// A 409 naming every recipient field in which `notifications` differ from what is stored under the same
-/// (user_id, event_key).
-async fn event_conflicts(state: &ApiState, notifications: &[herald_ports::NewNotification]) -> ApiResult<()> {
-    let Some(first) = notifications.first() else { return Ok(()) };
-    let users: Vec<_> = notifications.iter().map(|n| n.user_id.clone()).collect();
-    let stored = state.store.submitted(&first.event_key, &users).await?;
-    let mut conflicts = Vec::new();
-    for (i, new) in notifications.iter().enumerate() {
-        if let Some(before) = stored.iter().find(|s| s.user_id == new.user_id) {
-            conflicts.extend(differing_fields(&format!("recipients[{i}]"), &before.differences(new)));
-        }
+/// The problem document of a refused submission: a 409 naming each differing field (`body`, or
+/// `recipients[3].body` for an event's recipient).
+fn submit_problem(error: usecases::SubmitError) -> Problem {
+    match error {
+        usecases::SubmitError::Conflict(differences) => Problem::submission_conflict(
+            differences
+                .iter()
+                .map(|d| {
+                    let name = match d.recipient {
+                        Some(i) => format!("recipients[{i}].{}", d.field),
+                        None => d.field.to_owned(),
+                    };
+                    FieldError::new(name, "differs from the submission stored under this (user_id, event_key)")
+                })
+                .collect(),
+        ),
+        usecases::SubmitError::Store(store) => Problem::from_store(&store),
     }
-    if conflicts.is_empty() {
-        Ok(())
-    } else {
-        Err(Problem::submission_conflict(conflicts))
-    }
-}
-
-/// One field error per differing field, named under `prefix` (`recipients[3]` for an event's recipient:
-/// `recipients[3].body`).
-fn differing_fields(prefix: &str, fields: &[&'static str]) -> Vec<FieldError> {
-    fields
-        .iter()
-        .map(|field| {
-            let name = if prefix.is_empty() { (*field).to_owned() } else { format!("{prefix}.{field}") };
-            FieldError::new(name, "differs from the submission stored under this (user_id, event_key)")
-        })
-        .collect()
 }
 
 fn notification_body(view: &NotificationView) -> NotificationBody {
@@ -161,15 +134,12 @@ pub async fn get_notification(
 ) -> ApiResult<Json<NotificationBody>> {
     // Not in the documented form: no notification has that id.
     let id = NotificationRef::parse(&id).ok_or_else(Problem::not_found)?;
-    let id = state.store.notification_by_ref(id).await?.ok_or_else(Problem::not_found)?;
-    let view = state.store.notification(id).await?.ok_or_else(Problem::not_found)?;
-    if let Caller::User(user) = &caller {
-        // Another user's notification is answered exactly like a missing one: a user token learns
-        // nothing about notifications that are not its own, not even that they exist.
-        if user != view.user_id.as_str() {
-            return Err(Problem::not_found());
-        }
-    }
+    let reader = match caller {
+        Caller::User(user) => usecases::Reader::User(UserId::new(user)),
+        Caller::Service | Caller::Admin => usecases::Reader::Any,
+    };
+    // Another user's notification is answered exactly like a missing one.
+    let view = usecases::notification(&state.services, &reader, id).await?.ok_or_else(Problem::not_found)?;
     Ok(Json(notification_body(&view)))
 }
 
@@ -520,5 +490,5 @@ pub async fn metrics(State(state): State<ApiState>, headers: axum::http::HeaderM
     responses((status = 200, description = "OpenAPI document", body = Object))
 )]
 pub async fn openapi(State(state): State<ApiState>) -> Response {
-    Json(super::openapi_json(&state.channels)).into_response()
+    Json(super::openapi_json(&state.services.channels)).into_response()
 }

@@ -158,7 +158,7 @@ pub async fn test_send(
     let sent = match usecases::test_send(&state.services(), &user, &name).await {
         Ok(sent) => sent,
         Err(TestSendError::TooSoon(wait)) => return Ok(too_soon(wait)),
-        Err(TestSendError::QuotaExceeded(wait)) => return Ok(quota_spent(wait, state.test_send_quota)),
+        Err(TestSendError::QuotaExceeded(wait)) => return Ok(quota_spent(wait, state.services.test_send_quota)),
         Err(error) => return Err(error.into()),
     };
     let (outcome, words) = match &sent.outcome {

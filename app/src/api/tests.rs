@@ -11,7 +11,9 @@ use herald_ports::channel::MockChannelRegistry;
 use herald_ports::cipher::MockDestinationCipher;
 use herald_ports::clock::MockClock;
 use herald_ports::prefs::MockPreferenceStore;
-use herald_ports::store::MockNotificationStore;
+use herald_ports::store::{
+    MockDeliveryStore, MockEgressStore, MockInboxStore, MockReadModels, MockReviewStore, MockSubmissionStore,
+};
 use herald_ports::{ChannelPref, ChannelTable, Created, InboxChannel, ResolveError, StoreError, TaskSummary};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
@@ -27,7 +29,10 @@ use crate::test_support::webhook_rules as rules;
 /// The mocks a test configures before the router is built.
 #[derive(Default)]
 struct Mocks {
-    store: MockNotificationStore,
+    submissions: MockSubmissionStore,
+    review: MockReviewStore,
+    inbox: MockInboxStore,
+    reads: MockReadModels,
     prefs: MockPreferenceStore,
     cipher: MockDestinationCipher,
     clock: MockClock,
@@ -37,11 +42,11 @@ impl Mocks {
     /// Every store, preference, cipher and clock call is refused: for requests that must write nothing.
     fn untouched() -> Self {
         let mut m = Mocks::default();
-        m.store.expect_create().times(0);
-        m.store.expect_resolve_manually().times(0);
-        m.store.expect_notification().times(0);
-        m.store.expect_inbox().times(0);
-        m.store.expect_parked().times(0);
+        m.submissions.expect_create().times(0);
+        m.review.expect_resolve_manually().times(0);
+        m.reads.expect_notification().times(0);
+        m.inbox.expect_inbox().times(0);
+        m.review.expect_parked().times(0);
         m.prefs.expect_put().times(0);
         m.prefs.expect_get().times(0);
         m.cipher.expect_encrypt().times(0);
@@ -61,17 +66,25 @@ impl Mocks {
             SecretString::from("user token secret for the tests"),
         );
         let clock: Arc<dyn Clock> = Arc::new(self.clock);
-        ApiState {
-            store: Arc::new(self.store),
+        let services = crate::compose::Services {
+            submissions: Arc::new(self.submissions),
+            delivery: Arc::new(MockDeliveryStore::new()),
+            egress: Arc::new(MockEgressStore::new()),
+            review: Arc::new(self.review),
+            inbox: Arc::new(self.inbox),
+            reads: Arc::new(self.reads),
             prefs: Arc::new(self.prefs),
             sessions: Arc::new(herald_ports::sessions::MockSessionStore::new()),
             registry: Arc::new(webhook_registry()),
             cipher: Arc::new(self.cipher),
             clock: Arc::clone(&clock),
-            auth: Arc::new(auth),
-            console: ConsoleSettings::default(),
             channels: Arc::new(ChannelTable(vec![(ChannelName::new("push"), rules())])),
             test_send_quota: herald_domain::TestSendQuota::default(),
+        };
+        ApiState {
+            services,
+            auth: Arc::new(auth),
+            console: ConsoleSettings::default(),
             readiness: Arc::new(ClockReadiness(clock)),
             metrics: None,
             body_limit: 4096,
@@ -173,7 +186,7 @@ async fn submit_creates_with_201_and_a_duplicate_answers_200() {
     for (is_new, status) in [(true, StatusCode::CREATED), (false, StatusCode::OK)] {
         let mut mocks = Mocks::default().with_clock();
         mocks
-            .store
+            .submissions
             .expect_create()
             .withf(|new, channels, _| {
                 new.user_id == UserId::new("u1") && new.ttl == Millis(3_600_000) && channels.0.len() == 1
@@ -228,7 +241,7 @@ async fn out_of_range_fields_are_refused() {
 #[tokio::test]
 async fn limits_at_the_boundary_are_accepted() {
     let mut mocks = Mocks::default().with_clock();
-    mocks.store.expect_create().times(1).returning(|_, _, _| Ok(created(true)));
+    mocks.submissions.expect_create().times(1).returning(|_, _, _| Ok(created(true)));
     let body = json!({
         "user_id": "x".repeat(128), "event_key": "k".repeat(256), "body": "b".repeat(16 * 1024),
         "ttl_seconds": 30 * 24 * 3600, "max_attempts": 20, "thread_key": "t"
@@ -344,8 +357,8 @@ async fn a_user_token_reaches_only_its_own_user() {
 async fn a_user_token_sees_only_its_own_notification() {
     let mut mocks = Mocks::default();
     let five = NotificationRef(uuid::Uuid::from_u128(5));
-    mocks.store.expect_notification_by_ref().returning(move |r| Ok((r == five).then_some(NotificationId(5))));
-    mocks.store.expect_notification().returning(|id| {
+    mocks.reads.expect_notification_by_ref().returning(move |r| Ok((r == five).then_some(NotificationId(5))));
+    mocks.reads.expect_notification().returning(|id| {
         Ok(Some(herald_ports::NotificationView {
             notification_id: id,
             notification_ref: NotificationRef(uuid::Uuid::from_u128(5)),
@@ -395,10 +408,10 @@ async fn events_validate_recipients_without_writing() {
 #[tokio::test]
 async fn events_create_one_notification_per_recipient() {
     let mut mocks = Mocks::default().with_clock();
-    mocks.store.expect_submitted().times(1).returning(|_, _| Ok(Vec::new()));
+    mocks.submissions.expect_submitted().times(1).returning(|_, _| Ok(Vec::new()));
     // One store call for the whole event.
     mocks
-        .store
+        .submissions
         .expect_create_event()
         .times(1)
         .returning(|news, _, _| Ok(news.iter().map(|new| created(new.user_id.as_str() != "b")).collect()));
@@ -495,7 +508,7 @@ async fn resolve_validates_and_maps_not_parked_to_409() {
 
     let mut mocks = Mocks::default().with_clock();
     mocks
-        .store
+        .review
         .expect_resolve_manually()
         .times(1)
         .returning(|_, _, _, _| Err(ResolveError::NotParked { state: TaskState::Sent }));
@@ -505,7 +518,7 @@ async fn resolve_validates_and_maps_not_parked_to_409() {
     assert!(doc["detail"].as_str().unwrap().contains("nothing changed"));
 
     let mut mocks = Mocks::default().with_clock();
-    mocks.store.expect_resolve_manually().returning(|_, _, _, _| Err(ResolveError::NotFound));
+    mocks.review.expect_resolve_manually().returning(|_, _, _, _| Err(ResolveError::NotFound));
     send(mocks.state(), "POST", "/v1/tasks/9/resolve", Some(ADMIN), Some(&body)).await.problem(StatusCode::NOT_FOUND);
 
     send(Mocks::untouched().state(), "POST", "/v1/tasks/nine/resolve", Some(ADMIN), Some(&body))
@@ -517,7 +530,7 @@ async fn resolve_validates_and_maps_not_parked_to_409() {
 async fn store_failures_are_opaque_500s() {
     let mut mocks = Mocks::default().with_clock();
     mocks
-        .store
+        .submissions
         .expect_create()
         .returning(|_, _, _| Err(StoreError::Unknown(anyhow::anyhow!("relation delivery_task password=hunter2"))));
     let answer =
@@ -526,7 +539,7 @@ async fn store_failures_are_opaque_500s() {
     assert!(!answer.text.contains("hunter2") && !answer.text.contains("delivery_task"));
 
     let mut mocks = Mocks::default().with_clock();
-    mocks.store.expect_create().returning(|_, _, _| Err(StoreError::Unavailable(anyhow::anyhow!("refused"))));
+    mocks.submissions.expect_create().returning(|_, _, _| Err(StoreError::Unavailable(anyhow::anyhow!("refused"))));
     let answer =
         send(mocks.state(), "POST", "/v1/notifications", Some(SERVICE), Some(&valid_submission().to_string())).await;
     answer.problem(StatusCode::SERVICE_UNAVAILABLE);
@@ -536,7 +549,7 @@ async fn store_failures_are_opaque_500s() {
 async fn inbox_words_and_in_app_only() {
     let mut mocks = Mocks::default();
     // The default page is 50 items; the page is read one past it, to know whether a next one exists.
-    mocks.store.expect_inbox_page().times(1).returning(|_, cursor, limit| {
+    mocks.inbox.expect_inbox_page().times(1).returning(|_, cursor, limit| {
         assert_eq!((cursor, limit), (None, 51));
         Ok(vec![
             herald_ports::InboxItem {
@@ -699,7 +712,7 @@ async fn the_served_document_states_the_user_id_rule_the_channels_and_every_prob
 #[tokio::test]
 async fn a_whole_number_written_with_a_zero_fraction_is_a_whole_number() {
     let mut mocks = Mocks::default().with_clock();
-    mocks.store.expect_create().times(1).returning(|new, _, _| {
+    mocks.submissions.expect_create().times(1).returning(|new, _, _| {
         assert_eq!((new.ttl, new.max_attempts), (herald_domain::Millis::from_secs(3600), Some(3)));
         Ok(created(true))
     });

@@ -62,15 +62,10 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context as _};
 use async_trait::async_trait;
 use herald_channels::kinds::webpush::{topic, VapidKey};
-use herald_domain::{
-    ChannelName, ChannelRules, EgressDecision, EventKey, FinalState, Observation, TaskId, TaskState, Timestamp,
-    Transition, UserId,
-};
+use herald_domain::{Observation, TaskState, Transition};
+use herald_ports::prelude::*;
 use herald_ports::store::GiveBack;
-use herald_ports::{
-    ChannelTable, ClaimBatch, ClaimRequest, Created, FinishRecord, FinishResult, InboxItem, NewNotification,
-    NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView,
-};
+use herald_ports::{ClaimBatch, ClaimRequest, FinishRecord, FinishResult, StoreError};
 use herald_postgres::PgStore;
 use herald_standin::{Chaos, Kind, SmtpStandIn, StandIn, WebPushService};
 use nix::sys::signal::{kill, Signal};
@@ -1638,26 +1633,15 @@ fn print_ledger(report: &Report, ledger: &Ledger, faults: &Faults, standins: &St
 
 /// The control run's store: Herald's PostgreSQL store with one bug planted in `finish`.
 struct PlantedStore {
-    inner: Arc<dyn NotificationStore>,
+    inner: Arc<dyn DeliveryStore>,
     pg: PgStore,
     plant: Plant,
 }
 
+/// Only the delivery path: a batch of finishes goes through the planted `finish` one record at a time
+/// (`DeliveryStore::finish_batch`'s default).
 #[async_trait]
-impl NotificationStore for PlantedStore {
-    async fn create(
-        &self,
-        new: &NewNotification,
-        channels: &ChannelTable,
-        now: Timestamp,
-    ) -> Result<Created, StoreError> {
-        self.inner.create(new, channels, now).await
-    }
-
-    async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError> {
-        self.inner.submitted(event_key, users).await
-    }
-
+impl DeliveryStore for PlantedStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         self.inner.claim(request).await
     }
@@ -1691,41 +1675,6 @@ impl NotificationStore for PlantedStore {
     async fn give_back(&self, record: &GiveBack) -> Result<FinishResult, StoreError> {
         self.inner.give_back(record).await
     }
-
-    async fn reserve_egress(
-        &self,
-        channel: &ChannelName,
-        rules: &ChannelRules,
-        now: Timestamp,
-    ) -> Result<EgressDecision, StoreError> {
-        self.inner.reserve_egress(channel, rules, now).await
-    }
-
-    async fn resolve_manually(
-        &self,
-        task: TaskId,
-        final_state: FinalState,
-        note: &str,
-        now: Timestamp,
-    ) -> Result<Resolved, ResolveError> {
-        self.inner.resolve_manually(task, final_state, note, now).await
-    }
-
-    async fn notification(&self, id: herald_domain::NotificationId) -> Result<Option<NotificationView>, StoreError> {
-        self.inner.notification(id).await
-    }
-
-    async fn parked(&self, limit: u32) -> Result<Vec<TaskView>, StoreError> {
-        self.inner.parked(limit).await
-    }
-
-    async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError> {
-        self.inner.inbox(user, limit).await
-    }
-
-    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
-        self.inner.task_counts().await
-    }
 }
 
 /// `herald-soak planted-worker --config FILE --plant NAME`: Herald's workers, as `herald worker` runs
@@ -1745,8 +1694,8 @@ async fn planted_worker(args: &[String]) -> anyhow::Result<()> {
     let (Some(config_path), Some(plant)) = (config_path, plant) else { bail!(USAGE) };
     let config = herald_app::config::Config::load(Some(&config_path), std::iter::empty())?;
     let (pg, services) = herald_app::compose::Services::from_config(&config, "worker", true).await?;
-    let planted = PlantedStore { inner: Arc::clone(&services.store), pg, plant };
-    let services = services.with_store(Arc::new(planted));
+    let planted = PlantedStore { inner: Arc::clone(&services.delivery), pg, plant };
+    let services = services.with_delivery(Arc::new(planted));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut workers = tokio::task::JoinSet::new();
     let worker = services.configured_worker(&config.worker, "planted", 0);

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use herald_domain::{Action, IdempotencyKey, Millis, TaskState};
+use herald_ports::prelude::*;
 use herald_ports::store::ClaimRequest;
-use herald_ports::{NotificationStore, OutboundMessage};
+use herald_ports::OutboundMessage;
 use secrecy::SecretString;
 use tokio::sync::Barrier;
 

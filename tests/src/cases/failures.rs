@@ -100,7 +100,7 @@ pub async fn b2() -> anyhow::Result<Evidence> {
 
 impl World {
     async fn store_inbox_len(&self, user: &str) -> anyhow::Result<usize> {
-        use herald_ports::NotificationStore;
+        use herald_ports::prelude::*;
         Ok(self.store.inbox(&user.into(), 100).await?.len())
     }
 }

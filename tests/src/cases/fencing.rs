@@ -5,8 +5,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use herald_domain::{finish, Jitter, Millis, Observation, Outcome, TaskId, TaskState};
+use herald_ports::prelude::*;
 use herald_ports::store::{ClaimRequest, FinishRecord, FinishResult};
-use herald_ports::NotificationStore;
 use herald_standin::Script;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

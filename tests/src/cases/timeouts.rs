@@ -6,8 +6,9 @@ use std::time::Duration;
 use herald_channels::registry::HttpChannelRegistry;
 use herald_domain::resolve::FinalState;
 use herald_domain::{Policy, TaskState};
+use herald_ports::prelude::*;
 use herald_ports::store::ResolveError;
-use herald_ports::{Channel, NotificationStore};
+use herald_ports::Channel;
 use herald_standin::Script;
 
 use super::{actions, codes, outcomes};

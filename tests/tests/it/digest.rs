@@ -5,7 +5,7 @@
 use herald_app::worker::Report;
 use herald_channels::config::DigestSetting;
 use herald_domain::{Millis, TaskState, UserId};
-use herald_ports::NotificationStore;
+use herald_ports::prelude::*;
 use herald_tests::world::{ClockMode, World, T0};
 
 const TWO_HOURS: u64 = 7_200_000;

@@ -226,7 +226,7 @@ async fn deferrals_and_lease_expiries_are_counted_per_channel() {
         limit: 10,
         channels: world.table(),
     };
-    assert_eq!(services.store.claim(&request).await.expect("claim").claimed.len(), 1);
+    assert_eq!(services.delivery.claim(&request).await.expect("claim").claimed.len(), 1);
     world.user("a", &["miao"]).await.expect("a");
     world.user("b", &["miao"]).await.expect("b");
     world.submit("a", "e1", HOUR, None).await.expect("submit a");
@@ -256,7 +256,7 @@ async fn the_claim_tells_when_the_slot_of_a_channel_with_tasks_due_is_free() {
     world.submit("c", "e1", HOUR, None).await.expect("submit c");
     let services = world.services();
     let claim = |limit| {
-        let (store, clock, table) = (services.store.clone(), services.clock.clone(), world.table());
+        let (store, clock, table) = (services.delivery.clone(), services.clock.clone(), world.table());
         async move {
             let now = clock.now().await.expect("now");
             let request = ClaimRequest { worker: "w".into(), now, lease: Millis(60_000), limit, channels: table };

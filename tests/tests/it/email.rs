@@ -296,7 +296,7 @@ fn an_unreadable_or_empty_ca_file_is_refused_naming_the_key() {
 /// not end one, the lines are the body's, and there is one message.
 #[tokio::test]
 async fn bare_cr_and_lf_in_a_body_reach_data_only_as_crlf() {
-    use herald_ports::NotificationStore as _;
+    use herald_ports::prelude::*;
     use herald_tests::api::{Api, SERVICE_TOKEN};
     use reqwest::StatusCode;
     use serde_json::json;

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use herald_channels::config::DigestSetting;
 use herald_domain::{EventKey, Millis, ThreadKey, UserId};
-use herald_ports::{Created, NewNotification, NotificationStore};
+use herald_ports::prelude::*;
+use herald_ports::{Created, NewNotification};
 use herald_tests::api::Written;
 use herald_tests::world::{ClockMode, World};
 

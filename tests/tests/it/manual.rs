@@ -192,7 +192,8 @@ async fn mark_as_read_sets_read_at_once_and_repeating_changes_nothing() {
 #[tokio::test]
 async fn the_console_read_models_page_filter_and_find() {
     use herald_domain::{ChannelName, EventKey, Millis, UserId};
-    use herald_ports::{InboxCursor, NotificationStore, ParkedFilter};
+    use herald_ports::prelude::*;
+    use herald_ports::{InboxCursor, ParkedFilter};
 
     let (world, api) = setup().await;
     let mut parked_tasks = Vec::new();

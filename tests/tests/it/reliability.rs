@@ -15,16 +15,13 @@ use async_trait::async_trait;
 use herald_app::worker::{Report, Worker, WorkerConfig};
 use herald_channels::config::DigestSetting;
 use herald_domain::classify::Classified;
-use herald_domain::egress::EgressDecision;
-use herald_domain::resolve::FinalState;
 use herald_domain::{
-    finish, ChannelName, ChannelRules, EventKey, Jitter, Millis, NotificationId, Observation, Outcome,
-    QueryConsistency, TaskId, TaskState, ThreadKey, Timestamp, UserId,
+    finish, ChannelName, ChannelRules, EventKey, Jitter, Millis, Observation, Outcome, QueryConsistency, TaskId,
+    TaskState, ThreadKey, Timestamp, UserId,
 };
+use herald_ports::prelude::*;
 use herald_ports::store::{
-    ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, FinishRecord, FinishResult, GiveBack, InboxItem,
-    NewNotification, NotificationStore, NotificationView, ResolveError, Resolved, StoreError, StoredSubmission,
-    TaskCount, TaskView,
+    ClaimBatch, ClaimRequest, ClaimedTask, FinishRecord, FinishResult, GiveBack, NewNotification, StoreError,
 };
 use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
 use herald_standin::Script;
@@ -248,20 +245,7 @@ fn unavailable() -> StoreError {
 }
 
 #[async_trait]
-impl NotificationStore for FlakyFinish {
-    async fn create(
-        &self,
-        new: &NewNotification,
-        channels: &ChannelTable,
-        now: Timestamp,
-    ) -> Result<Created, StoreError> {
-        self.inner.create(new, channels, now).await
-    }
-
-    async fn submitted(&self, event_key: &EventKey, users: &[UserId]) -> Result<Vec<StoredSubmission>, StoreError> {
-        self.inner.submitted(event_key, users).await
-    }
-
+impl DeliveryStore for FlakyFinish {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         self.inner.claim(request).await
     }
@@ -280,41 +264,6 @@ impl NotificationStore for FlakyFinish {
 
     async fn give_back(&self, record: &GiveBack) -> Result<FinishResult, StoreError> {
         self.inner.give_back(record).await
-    }
-
-    async fn reserve_egress(
-        &self,
-        channel: &ChannelName,
-        rules: &ChannelRules,
-        now: Timestamp,
-    ) -> Result<EgressDecision, StoreError> {
-        self.inner.reserve_egress(channel, rules, now).await
-    }
-
-    async fn resolve_manually(
-        &self,
-        task: TaskId,
-        final_state: FinalState,
-        note: &str,
-        now: Timestamp,
-    ) -> Result<Resolved, ResolveError> {
-        self.inner.resolve_manually(task, final_state, note, now).await
-    }
-
-    async fn notification(&self, id: NotificationId) -> Result<Option<NotificationView>, StoreError> {
-        self.inner.notification(id).await
-    }
-
-    async fn parked(&self, limit: u32) -> Result<Vec<TaskView>, StoreError> {
-        self.inner.parked(limit).await
-    }
-
-    async fn inbox(&self, user: &UserId, limit: u32) -> Result<Vec<InboxItem>, StoreError> {
-        self.inner.inbox(user, limit).await
-    }
-
-    async fn task_counts(&self) -> Result<Vec<TaskCount>, StoreError> {
-        self.inner.task_counts().await
     }
 }
 

@@ -7,8 +7,8 @@
 use herald_app::worker::Report;
 use herald_channels::config::DigestSetting;
 use herald_domain::{EventKey, Millis, TaskState, ThreadKey, UserId};
+use herald_ports::prelude::*;
 use herald_ports::store::NewNotification;
-use herald_ports::NotificationStore;
 use herald_tests::wait::wait_until;
 use herald_tests::world::{ClockMode, World, T0};
 use sqlx::Connection;

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use herald_domain::{EventKey, Millis, NotificationId, UserId};
+use herald_ports::prelude::*;
 use herald_ports::store::{ChannelTable, Created, NewNotification, StoreError};
-use herald_ports::NotificationStore as _;
 use herald_postgres::PgStore;
 use herald_tests::wait::wait_until;
 use herald_tests::world::T0;

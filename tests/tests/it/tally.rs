@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use herald_domain::resolve::FinalState;
 use herald_domain::{EventKey, Millis, TaskState, UserId};
+use herald_ports::prelude::*;
 use herald_ports::store::NewNotification;
-use herald_ports::NotificationStore;
 use herald_standin::Script;
 use herald_tests::tally::{
     attempts_without_task, derived_differences, exact_task_counts, gauge_differences, groups, queue_differences,

@@ -340,8 +340,9 @@ async fn email_and_webpush_work_through_herald_worker_with_a_configuration_file(
     use herald_channels::cipher::Keyring;
     use herald_channels::config::SmtpTls;
     use herald_domain::{EventKey, Millis};
+    use herald_ports::prelude::*;
     use herald_ports::store::{ChannelTable, NewNotification};
-    use herald_ports::{Clock as _, NotificationStore as _};
+    use herald_ports::Clock as _;
     use herald_tests::peers::smtp::SmtpPeer;
     use herald_tests::wait::wait_until;
 

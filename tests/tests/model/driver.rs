@@ -9,11 +9,12 @@ use herald_domain::{
     finish, give_back, ChannelKind, ChannelName, EventKey, Millis, NotificationId, QueryConsistency, TaskId, TaskState,
     Timestamp, UserId,
 };
+use herald_ports::prelude::*;
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, FinishRecord, FinishResult, GiveBack, NewNotification,
     ResolveError,
 };
-use herald_ports::{NotificationStore, PreferenceStore};
+use herald_ports::PreferenceStore;
 use herald_postgres::PgStore;
 use herald_tests::world::T0;
 
