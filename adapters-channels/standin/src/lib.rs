@@ -44,6 +44,7 @@ mod miaotixing;
 mod push;
 mod script;
 mod server;
+pub mod skip;
 mod sms;
 pub mod smtp;
 mod state;

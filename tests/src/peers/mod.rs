@@ -21,13 +21,40 @@ pub fn script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src").join("peers").join(name)
 }
 
-/// Whether `python3` can import `module` (the tests need `aiosmtpd` and `http_ece`; `.ci/run` installs them).
+/// The Python interpreter of the peers: `HERALD_PYTHON` (scripts/test.sh sets it to one that imports them,
+/// installing them first when needed: scripts/ensure-python-peers.sh), else `python3`.
+#[must_use]
+pub fn python() -> std::ffi::OsString {
+    std::env::var_os("HERALD_PYTHON").filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".into())
+}
+
+/// Whether [`python`] can import `module`.
 #[must_use]
 pub fn python_has(module: &str) -> bool {
-    std::process::Command::new("python3")
+    std::process::Command::new(python())
         .args(["-c", &format!("import {module}")])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|status| status.success())
+}
+
+/// Whether the running test may go on with the Python peer `module`: true when [`python`] imports it.
+/// When it does not, the test fails saying so — or, with `HERALD_ALLOW_SKIP=1`, is recorded as skipped
+/// (`herald_standin::skip`) and this answers false: the caller returns at once.
+///
+/// # Panics
+/// When `module` is missing and skipping is not allowed.
+#[must_use]
+#[track_caller]
+pub fn require_python(module: &str) -> bool {
+    if python_has(module) {
+        return true;
+    }
+    herald_standin::skip::missing(
+        &format!("the Python module {module} cannot be imported by {}", python().to_string_lossy()),
+        "scripts/test.sh installs the peers (scripts/ensure-python-peers.sh, a virtual environment of the \
+         project's own when python3 lacks them) and points HERALD_PYTHON at that interpreter",
+    );
+    false
 }

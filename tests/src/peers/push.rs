@@ -31,7 +31,7 @@ pub async fn verify_vapid_with_python(authorization: &str, audience: &str) -> an
 /// Runs the Python script `script` of this folder with `input` as JSON on its standard input; its output.
 async fn run_python(script: &str, input: &serde_json::Value, what: &str) -> anyhow::Result<String> {
     use tokio::io::AsyncWriteExt as _;
-    let mut child = tokio::process::Command::new("python3")
+    let mut child = tokio::process::Command::new(super::python())
         .arg(super::script(script))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -60,7 +60,7 @@ impl SmtpPeer {
         let dir = std::env::temp_dir().join(format!("herald-smtp-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
-        let mut child = Command::new("python3")
+        let mut child = Command::new(super::python())
             .arg(super::script("smtp_peer.py"))
             .arg(port.to_string())
             .arg(&dir)
@@ -71,7 +71,7 @@ impl SmtpPeer {
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
-            .context("python3 smtp_peer.py")?;
+            .with_context(|| format!("{} smtp_peer.py", super::python().to_string_lossy()))?;
         let stdout = child.stdout.take().context("stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let ready = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;

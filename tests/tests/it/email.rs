@@ -56,9 +56,7 @@ async fn peer(script: &str) -> Option<SmtpPeer> {
 }
 
 async fn tls_peer(script: &str, tls: &str) -> Option<SmtpPeer> {
-    if !herald_tests::peers::python_has("aiosmtpd") {
-        assert!(std::env::var_os("CI").is_none(), "aiosmtpd is missing on CI: .ci/run installs it");
-        eprintln!("skipped: aiosmtpd is not installed (`pip install aiosmtpd`)");
+    if !herald_tests::peers::require_python("aiosmtpd") {
         return None;
     }
     Some(SmtpPeer::start_with_tls(script, tls).await.expect("aiosmtpd"))
