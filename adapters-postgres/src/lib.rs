@@ -42,7 +42,7 @@ pub use clock::PgClock;
 pub use finish::FINISH_BATCH_QUERY;
 pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
 pub use rows::PARKED;
-pub use store::{PgStore, Planning};
+pub use store::{create_database_if_missing, database_of, DatabaseReady, PgStore, Planning};
 pub use views::{
     ATTEMPTS_OF_TASKS, COMPACT_TASK_TALLY, INBOX_PAGE, NOTIFICATION_BY_EVENT, NOTIFICATION_BY_REF,
     NOTIFICATION_BY_REFERENCE, OUTCOME_COUNTS, PARKED_PAGE, TASK_TALLY,

@@ -160,11 +160,109 @@ impl PgStore {
     }
 }
 
-async fn connect_pool(url: &str, max_connections: u32, planning: Planning) -> Result<PgPool, StoreError> {
-    // sqlx's parse error may quote the URL, password included: say only what is wrong.
-    let options: PgConnectOptions = url.parse().map_err(|_: sqlx::Error| {
-        StoreError::Unknown(anyhow::anyhow!("database.url is not a valid postgres:// URL"))
+/// The options of `url`. sqlx's parse error may quote the URL, password included: this one says only
+/// what is wrong (the caller names the key or flag the URL came from).
+fn parse_url(url: &str) -> Result<PgConnectOptions, StoreError> {
+    url.parse().map_err(|_: sqlx::Error| {
+        StoreError::Unknown(anyhow::anyhow!(
+            "is not a valid PostgreSQL URL (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE)"
+        ))
+    })
+}
+
+/// The database `url` names (sqlx's default, the user's name, when it names none).
+///
+/// # Errors
+/// When `url` is not a PostgreSQL URL.
+pub fn database_of(url: &str) -> Result<String, StoreError> {
+    let options = parse_url(url)?;
+    Ok(options.get_database().unwrap_or(options.get_username()).to_owned())
+}
+
+/// What [`create_database_if_missing`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatabaseReady {
+    /// The database answered.
+    Existed,
+    /// It did not exist and was created; the text names it and its server (no password).
+    Created(String),
+}
+
+/// Connects to the database `url` names; when the server says it does not exist (SQLSTATE 3D000) and the
+/// role may create databases, creates it from the same server's `postgres` database. A role that may not
+/// gets an error with the exact command that creates it.
+///
+/// # Errors
+/// The connection failure (as [`PgStore::connect`] words it), or why the database cannot be created.
+pub async fn create_database_if_missing(url: &str) -> Result<DatabaseReady, StoreError> {
+    let options = parse_url(url)?;
+    let error = match PgConnection::connect_with(&options).await {
+        Ok(conn) => {
+            let _ = conn.close().await;
+            return Ok(DatabaseReady::Existed);
+        }
+        Err(error) => error,
+    };
+    let missing = matches!(&error, sqlx::Error::Database(db) if db.code().as_deref() == Some("3D000"));
+    if !missing {
+        return Err(connect_failure(&options, &error));
+    }
+    let name = database_of(url)?;
+    let place = redacted_url(&options);
+    let by_hand = create_command(&options, &name);
+    let maintenance = options.clone().database("postgres");
+    let mut conn = PgConnection::connect_with(&maintenance).await.map_err(|_| {
+        StoreError::Unavailable(anyhow::anyhow!(
+            "database {name} does not exist on {place}, and its server's `postgres` database does not let this \
+             role in to create it; create it as a role that may, e.g.: {by_hand}"
+        ))
     })?;
+    let may: Option<bool> =
+        sqlx::query_scalar("SELECT rolsuper OR rolcreatedb FROM pg_roles WHERE rolname = current_user")
+            .fetch_optional(&mut conn)
+            .await
+            .map_err(store_error)?;
+    if may != Some(true) {
+        let _ = conn.close().await;
+        return Err(StoreError::Unavailable(anyhow::anyhow!(
+            "database {name} does not exist on {place}, and the role {} may not create databases; create it as \
+             a role that may, e.g.: {by_hand}",
+            options.get_username()
+        )));
+    }
+    let created = conn.execute(format!("CREATE DATABASE {}", quote_identifier(&name)).as_str()).await;
+    let _ = conn.close().await;
+    match created {
+        Ok(_) => Ok(DatabaseReady::Created(format!("created database {name} on {place}"))),
+        // Created meanwhile by someone else: what was asked for is there.
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P04") => Ok(DatabaseReady::Existed),
+        Err(error) => Err(StoreError::Unavailable(anyhow::anyhow!(
+            "database {name} does not exist on {place} and could not be created ({}); create it by hand: {by_hand}",
+            match &error {
+                sqlx::Error::Database(db) => db.message().to_owned(),
+                other => other.to_string(),
+            }
+        ))),
+    }
+}
+
+/// `"name"`, with any `"` doubled: an identifier PostgreSQL reads as written.
+fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The shell command that creates database `name` on the server of `options` for its role, run as the
+/// server's usual superuser `postgres` (no password in it).
+fn create_command(options: &PgConnectOptions, name: &str) -> String {
+    let plain = |text: &str| text.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b));
+    let quoted = |text: &str| if plain(text) { text.to_owned() } else { format!("'{}'", text.replace('\'', "'\\''")) };
+    let role = options.get_username();
+    let owner = if role == "postgres" { String::new() } else { format!(" -O {}", quoted(role)) };
+    format!("createdb -h {} -p {} -U postgres{owner} {}", quoted(options.get_host()), options.get_port(), quoted(name))
+}
+
+async fn connect_pool(url: &str, max_connections: u32, planning: Planning) -> Result<PgPool, StoreError> {
+    let options = parse_url(url)?;
     // One connection first, outside the pool: a pool would retry until its acquire timeout and then
     // report only "timed out", hiding the cause (refused, no such database, authentication).
     match PgConnection::connect_with(&options).await {
@@ -209,8 +307,8 @@ fn connect_failure(options: &PgConnectOptions, error: &sqlx::Error) -> StoreErro
         sqlx::Error::Database(db) => (
             db.message().to_owned(),
             match db.code().as_deref() {
-                Some("3D000") => "create it (CREATE DATABASE …) on that server, then run `herald migrate`",
-                Some("28P01" | "28000") => "check the user and password of database.url",
+                Some("3D000") => "`herald migrate` creates it when the role may create databases",
+                Some("28P01" | "28000") => "check the URL's user and password",
                 _ => "",
             },
         ),

@@ -39,8 +39,9 @@ pub enum Command {
     Serve(ServiceArgs),
     /// Run only the workers (claim → call → finish), up to `worker.concurrency` calls in flight.
     Worker(ServiceArgs),
-    /// Apply the database migrations, then exit.
-    Migrate,
+    /// Apply the database migrations, then exit. Creates the database of `database.url` first when it
+    /// does not exist and the role may create databases.
+    Migrate(MigrateArgs),
     /// Write a fresh configuration (random tokens, a new key, secrets in files readable only by you).
     Init(InitArgs),
     /// Start a self-contained demonstration (a private database when `database.url` is absent).
@@ -68,6 +69,15 @@ pub struct InitArgs {
     /// The database the configuration names.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/herald", value_name = "URL")]
     pub database_url: String,
+}
+
+/// `herald migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Migrate even into `postgres`, `template0` or `template1`, the databases PostgreSQL keeps for itself
+    /// (refused without it: Herald's tables belong in a database of their own).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `herald serve` and `herald worker`.
@@ -263,10 +273,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Init(args) => {
             let config = crate::init::init(&args.dir, &args.database_url)?;
             println!("wrote {} and its secrets/ (mode 0600)", config.display());
+            let database = herald_postgres::database_of(&args.database_url).unwrap_or_else(|_| "herald".into());
             println!(
-                "next: herald --config {} migrate, then herald --config {} serve",
-                config.display(),
-                config.display()
+                "next: herald --config {config} migrate (it creates the database {database} when it does not exist \
+                 and the role may create databases; HERALD__DATABASE__URL overrides database.url), then herald \
+                 --config {config} serve",
+                config = config.display(),
             );
             return Ok(());
         }
@@ -304,8 +316,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{ended} session(s) ended");
             Ok(())
         }
-        Command::Migrate => {
+        Command::Migrate(args) => {
             init_logging(&config);
+            if let Some(created) = compose::prepare_migration(&config, "migrate", args.force).await? {
+                println!("{created}");
+            }
             let store = compose::connect(&config, "migrate").await?;
             store.migrate().await.context("migrations failed")?;
             println!("migrations applied");

@@ -228,6 +228,48 @@ pub async fn connect_sized(config: &Config, command: &str, max_connections: u32)
     })
 }
 
+/// PostgreSQL's own databases, which hold no application's tables: `postgres` is where administrators
+/// and tools connect to create the others.
+pub const MAINTENANCE_DATABASES: [&str; 3] = ["postgres", "template0", "template1"];
+
+/// Makes the database of `database.url` ready for `command` to migrate: refuses one of
+/// [`MAINTENANCE_DATABASES`] unless `force`, and creates the database when it does not exist and the
+/// role may create databases. Answers what it created, if anything, for the command to say.
+///
+/// # Errors
+/// A [`ConfigError`] for a maintenance database or a URL that is not PostgreSQL's; a connection failure,
+/// or why the database cannot be created with the command that creates it.
+pub async fn prepare_migration(config: &Config, command: &str, force: bool) -> anyhow::Result<Option<String>> {
+    let url = config.require_database_url(command)?;
+    let database = herald_postgres::database_of(url.expose_secret()).map_err(|error| match error {
+        herald_ports::StoreError::Unavailable(cause) | herald_ports::StoreError::Unknown(cause) => {
+            cause.context("database.url")
+        }
+    })?;
+    if !force && MAINTENANCE_DATABASES.contains(&database.as_str()) {
+        let how = if command == "migrate" {
+            "`herald migrate --force` migrates into it anyway".to_owned()
+        } else {
+            format!("to use it anyway, run `herald migrate --force` once, then `herald {command}` without --migrate")
+        };
+        return Err(ConfigError::new(
+            "database.url",
+            format!(
+                "names `{database}`, a database PostgreSQL keeps for itself: Herald's tables belong in a database \
+                 of their own, e.g. …/herald (`herald migrate` creates it when the role may); {how}"
+            ),
+        )
+        .into());
+    }
+    match herald_postgres::create_database_if_missing(url.expose_secret()).await {
+        Ok(herald_postgres::DatabaseReady::Existed) => Ok(None),
+        Ok(herald_postgres::DatabaseReady::Created(what)) => Ok(Some(what)),
+        Err(herald_ports::StoreError::Unavailable(cause) | herald_ports::StoreError::Unknown(cause)) => {
+            Err(cause.context("database.url"))
+        }
+    }
+}
+
 /// `/readyz` of `herald serve`: the database answers and every migration is applied. Public so the
 /// black-box API tests judge readiness exactly as the service does.
 pub struct PgReadiness(pub PgStore);

@@ -246,12 +246,25 @@ impl Config {
     /// # Errors
     /// The first problem found, naming its key.
     pub fn from_toml(text: &str, env: impl IntoIterator<Item = (String, String)>, base: &Path) -> Result<Config> {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let rust_log = env.iter().find(|(name, _)| name == "RUST_LOG").map(|(_, value)| value.trim().to_owned());
         let figment = sources::layered(text, env)?;
-        figment
+        let mut config = figment
             .extract::<RawConfig>()
             .map_err(|error| sources::decoding_error(&error, ""))
             .and_then(|raw| raw.resolve(base))
-            .map_err(|error| sources::name_variable(error, &figment))
+            .map_err(|error| sources::name_variable(error, &figment))?;
+        // The Rust ecosystem's convention: RUST_LOG, when set, overrides `log.level`.
+        if let Some(level) = rust_log.filter(|level| !level.is_empty()) {
+            if tracing_subscriber::EnvFilter::try_new(&level).is_err() {
+                return Err(ConfigError::new(
+                    "RUST_LOG",
+                    "is not a valid filter such as `info` or `herald_app=debug,warn` (it overrides log.level)",
+                ));
+            }
+            config.log.level = level;
+        }
+        Ok(config)
     }
 
     /// The `[auth]` section, which `command` needs.
@@ -586,11 +599,46 @@ fn resolve_keys(mut table: Dict, base: &Path) -> Result<KeysConfig> {
     Ok(config)
 }
 
+/// A database URL must be PostgreSQL's: `postgres://` or `postgresql://` (sqlx would take any scheme and
+/// try PostgreSQL anyway). What is wrong, in words that quote at most the scheme, never the rest: a URL
+/// may hold a password.
+///
+/// # Errors
+/// What is wrong with it.
+pub fn check_database_url(url: &str) -> Result<(), String> {
+    const SCHEMES: [&str; 2] = ["postgres", "postgresql"];
+    const FORM: &str = "postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE";
+    let Some((scheme, _)) = url.trim().split_once("://") else {
+        return Err(format!("must be a PostgreSQL URL such as {FORM}"));
+    };
+    if SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(scheme)) {
+        // sqlx's own reading, whose error may quote the URL: only whether it reads.
+        return match url.trim().parse::<sqlx::postgres::PgConnectOptions>() {
+            Ok(_) => Ok(()),
+            Err(_) => Err(format!("is not a valid PostgreSQL URL ({FORM})")),
+        };
+    }
+    let plain = !scheme.is_empty()
+        && scheme.len() <= 20
+        && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    if !plain {
+        return Err(format!("must be a PostgreSQL URL such as {FORM}"));
+    }
+    let lower = scheme.to_ascii_lowercase();
+    Err(match crate::names::nearest(&lower, SCHEMES) {
+        Some(near) => format!("`{scheme}://` is not a PostgreSQL URL scheme: did you mean `{near}://`?"),
+        None => format!("`{scheme}://` is not a PostgreSQL URL: Herald stores in PostgreSQL ({FORM})"),
+    })
+}
+
 impl RawConfig {
     fn resolve(self, base: &Path) -> Result<Config> {
         let url = secret("database", "url", self.database.url, self.database.url_file.as_deref(), base)?;
         if url.as_deref().is_some_and(|url| url.trim().is_empty()) {
             return Err(ConfigError::new("database.url", "must not be empty"));
+        }
+        if let Some(url) = url.as_deref() {
+            check_database_url(url).map_err(|reason| ConfigError::new("database.url", reason))?;
         }
         let max_connections = in_range(
             "database.max_connections",

@@ -9,6 +9,7 @@ pub mod console;
 pub mod finisher;
 pub mod init;
 pub mod metrics;
+pub mod names;
 pub mod service;
 pub mod sessions;
 pub mod usecases;

@@ -54,6 +54,11 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
     } else {
         None
     };
+    if migrate {
+        if let Some(created) = crate::compose::prepare_migration(&config, command, false).await? {
+            tracing::info!("{created}");
+        }
+    }
     let (store, services) = Services::from_config(&config, command, true).await?;
     let metrics = crate::metrics::install()?;
     if migrate {

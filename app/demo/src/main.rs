@@ -42,7 +42,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).try_init();
     let configured = match args.database_url.as_deref().filter(|url| !url.trim().is_empty()) {
-        Some(url) => Some(secrecy::SecretString::from(url.to_owned())),
+        Some(url) => {
+            herald_app::config::check_database_url(url)
+                .map_err(|reason| herald_app::config::ConfigError::new("--database-url (or DATABASE_URL)", reason))?;
+            Some(secrecy::SecretString::from(url.to_owned()))
+        }
         None => herald_app::config::Config::load(args.config.as_deref(), std::env::vars())?.database.url,
     };
     let server = match configured {

@@ -60,14 +60,19 @@ pub(crate) fn field_error(path: &str, message: &str) -> FieldError {
         ("duplicate field `", "is given twice"),
     ] {
         if let Some(rest) = message.strip_prefix(lead) {
-            if let Some((name, _)) = rest.split_once('`') {
+            if let Some((name, expected)) = rest.split_once('`') {
                 // The path of an unknown field already ends with it; that of a missing one does not.
                 let field = if path == name || path.ends_with(&format!(".{name}")) {
                     path.to_owned()
                 } else {
                     format!("{prefix}{name}")
                 };
-                return FieldError::new(field, text);
+                // serde lists the known fields after the unknown one: "…, expected one of `a`, `b`".
+                let known = expected.split('`').skip(1).step_by(2);
+                return match crate::names::nearest(name, known).filter(|_| lead == "unknown field `") {
+                    Some(near) => FieldError::new(field, format!("{text}; did you mean `{near}`?")),
+                    None => FieldError::new(field, text),
+                };
             }
         }
     }
@@ -208,6 +213,16 @@ mod tests {
         assert_eq!(field_error(".", "duplicate field `user_id` at line 1 column 30").field, "user_id");
     }
 
+    #[test]
+    fn an_unknown_field_near_a_known_one_is_suggested() {
+        let e = field_error("userid", "unknown field `userid`, expected one of `user_id`, `event_key`, `body`");
+        assert_eq!((e.field.as_str(), e.message.as_str()), ("userid", "is not a known field; did you mean `user_id`?"));
+        let e = field_error("colour", "unknown field `colour`, expected one of `user_id`, `event_key`");
+        assert_eq!(e.message, "is not a known field");
+        let e = field_error("limt", "unknown field `limt`, expected `limit`");
+        assert_eq!(e.message, "is not a known field; did you mean `limit`?");
+    }
+
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Limit {
@@ -226,7 +241,7 @@ mod tests {
         let e = query("/inbox?limit=abc");
         assert_eq!((e.field.as_str(), e.message.as_str()), ("limit", "invalid digit found in string"));
         let e = query("/inbox?limt=5");
-        assert_eq!((e.field.as_str(), e.message.as_str()), ("limt", "is not a known field"));
+        assert_eq!((e.field.as_str(), e.message.as_str()), ("limt", "is not a known field; did you mean `limit`?"));
         let e = query("/inbox?limit=-1");
         assert_eq!(e.field, "limit");
         assert!(!query("/inbox?limit=secret-ish").message.contains("secret-ish"));

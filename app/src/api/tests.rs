@@ -278,6 +278,21 @@ async fn wrong_json_is_a_problem_document_not_plain_text() {
     answer.problem(StatusCode::BAD_REQUEST);
 }
 
+/// A misspelt field is answered with the near name it may have meant, in the problem document's entry for
+/// that field, and nothing is written (the mocks expect no call).
+#[tokio::test]
+async fn an_unknown_field_near_a_known_one_suggests_it() {
+    let body = r#"{"userid":"alice","event_key":"e1","body":"Hello","ttl_seconds":60}"#;
+    let answer = send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some(body)).await;
+    let doc = answer.problem(StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(doc["errors"], json!([{"field": "userid", "message": "is not a known field; did you mean `user_id`?"}]));
+
+    let body = r#"{"user_id":"alice","event_key":"e1","body":"Hello","ttl_seconds":60,"colour":"red"}"#;
+    let answer = send(Mocks::untouched().state(), "POST", "/v1/notifications", Some(SERVICE), Some(body)).await;
+    let doc = answer.problem(StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(doc["errors"], json!([{"field": "colour", "message": "is not a known field"}]));
+}
+
 #[tokio::test]
 async fn a_body_that_is_not_json_is_unsupported() {
     let request = Request::post("/v1/notifications")

@@ -88,7 +88,10 @@ fn describe(kind: &Kind) -> String {
         Kind::InvalidLength(length, expected) => format!("invalid length {length}, expected {expected}"),
         Kind::UnknownVariant(_, expected) => format!("unknown variant, expected {}", OneOf(expected)),
         Kind::UnknownField(field, []) => format!("unknown field `{field}`, there are no fields"),
-        Kind::UnknownField(field, expected) => format!("unknown field `{field}`, expected {}", OneOf(expected)),
+        Kind::UnknownField(field, expected) => match crate::names::nearest(field, expected.iter().copied()) {
+            Some(near) => format!("unknown field `{field}` — did you mean `{near}`? (expected {})", OneOf(expected)),
+            None => format!("unknown field `{field}`, expected {}", OneOf(expected)),
+        },
         Kind::MissingField(field) => format!("missing field `{field}`"),
         Kind::DuplicateField(field) => format!("duplicate field `{field}`"),
         Kind::ISizeOutOfRange(_) | Kind::USizeOutOfRange(_) => "is out of range".to_owned(),

@@ -394,19 +394,14 @@ fn any_error_about_a_value_a_variable_set_names_the_variable() {
 
 #[test]
 fn environment_values_are_typed_by_their_key_not_by_their_look() {
-    let config = load(
-        "",
-        &[
-            ("HERALD__AUTH__USER_TOKEN_SECRET", "12345678901234567890"),
-            ("HERALD__AUTH__ADMIN_TOKENS", "123"),
-            ("HERALD__DATABASE__URL", "\"quoted\""),
-        ],
-    )
-    .expect("valid");
+    let config =
+        load("", &[("HERALD__AUTH__USER_TOKEN_SECRET", "12345678901234567890"), ("HERALD__AUTH__ADMIN_TOKENS", "123")])
+            .expect("valid");
     let auth = config.auth.unwrap();
     assert_eq!(auth.user_token_keys[0].secret.expose_secret(), "12345678901234567890");
     assert_eq!(auth.admin_tokens[0].expose_secret(), "123");
-    assert_eq!(config.database.url.unwrap().expose_secret(), "\"quoted\"");
+    // A value that looks like a TOML string keeps its quotes: `"json"` is not the format `json`.
+    refused("", &[("HERALD__LOG__FORMAT", "\"json\"")], "log.format", "unknown variant");
 }
 
 #[test]
@@ -544,4 +539,40 @@ fn egress_allow_private_lists_ranges_and_names_the_bad_entry() {
     refused(&bad("\"::1\""), &[], "egress.allow_private[0]", "loopback");
     refused(&format!("{}\n[egress]\nallow_public = []\n", full()), &[], "egress.allow_public", "unknown field");
     refused(&full(), &[("HERALD__EGRESS__ALLOW_PRIVATE", "10.0.0.0/8,::/0")], "egress.allow_private[1]", "loopback");
+}
+
+#[test]
+fn an_unknown_key_near_a_known_one_is_suggested() {
+    refused("[worker]\nlease_sm = 3\n", &[], "worker.lease_sm", "did you mean `lease_ms`?");
+    let error = load("[worker]\ncolour = 3\n", &[]).unwrap_err();
+    assert!(!error.reason.contains("did you mean"), "{error}");
+}
+
+#[test]
+fn a_database_url_must_be_postgresql() {
+    for url in ["postgres://h/db", "postgresql://u:p@h:5433/db", "POSTGRES://h/db"] {
+        let text = format!("[database]\nurl = \"{url}\"\n");
+        assert!(load(&text, &[]).is_ok(), "{url}");
+    }
+    let refused_url = |url: &str, part: &str| refused("", &[("HERALD__DATABASE__URL", url)], "database.url", part);
+    refused_url("postgress://u:hunter2@h/db", "did you mean `postgres://`?");
+    refused_url("mysql://u:hunter2@h/db", "`mysql://` is not a PostgreSQL URL");
+    refused_url("u:hunter2@h/db", "must be a PostgreSQL URL");
+    refused_url("postgres://u:hunter2@h:port/db", "is not a valid PostgreSQL URL");
+    // The scheme is all it may quote, and the variable that set it is named.
+    let error = load("", &[("HERALD__DATABASE__URL", "mysql://u:hunter2@h/db")]).unwrap_err();
+    assert!(!error.to_string().contains("hunter2"), "{error}");
+    assert!(error.to_string().contains("HERALD__DATABASE__URL"), "{error}");
+    assert_eq!(error.to_string().matches("database.url").count(), 1, "the key once: {error}");
+}
+
+#[test]
+fn rust_log_overrides_the_log_level() {
+    let config = load("[log]\nlevel = \"warn\"\n", &[]).expect("valid");
+    assert_eq!(config.log.level, "warn");
+    let config = load("[log]\nlevel = \"warn\"\n", &[("RUST_LOG", "herald_app=debug,info")]).expect("valid");
+    assert_eq!(config.log.level, "herald_app=debug,info");
+    let config = load("[log]\nlevel = \"warn\"\n", &[("RUST_LOG", " ")]).expect("an empty RUST_LOG is unset");
+    assert_eq!(config.log.level, "warn");
+    refused("", &[("RUST_LOG", "=[")], "RUST_LOG", "not a valid filter");
 }

@@ -43,17 +43,101 @@ fn a_server_that_refuses_connections_is_named_without_its_password() {
     assert!(!text.contains("pool timed out"), "{text}");
 }
 
-#[test]
-fn a_missing_database_is_named_with_the_fix() {
+/// `herald migrate` creates a database that does not exist when its role may create databases, says so,
+/// and migrates it (`herald init`'s URL names one that a fresh server does not have).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_creates_a_missing_database_when_the_role_may() {
     let options: PgConnectOptions = server_url().parse().expect("DATABASE_URL");
+    let name = format!("herald_t_{}_created", std::process::id());
+    let mut admin = sqlx::PgConnection::connect_with(&options).await.expect("the test server answers");
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await.expect("drop");
+    let url = options.clone().database(&name).to_url_lossy().to_string();
+
+    let out = herald(&["migrate"], &[("HERALD__DATABASE__URL", &url)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains(&format!("created database {name} on postgres://")), "{text}");
+    assert!(text.contains("migrations applied"), "{text}");
+    assert!(migrated(&url).await, "created and migrated");
+
+    // Again: it exists now, nothing is created.
+    let out = herald(&["migrate"], &[("HERALD__DATABASE__URL", &url)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(!text.contains("created database"), "{text}");
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await.expect("drop");
+}
+
+/// A role that may not create databases is told the exact command that creates the missing one; `herald
+/// serve` on a missing database says that `herald migrate` creates it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_database_the_role_may_not_create_is_named_with_the_command() {
+    let options: PgConnectOptions = server_url().parse().expect("DATABASE_URL");
+    let role = format!("herald_t_{}_nocreate", std::process::id());
     let name = format!("herald_no_such_db_{}", std::process::id());
-    let url = options.database(&name).to_url_lossy().to_string();
+    let mut admin = sqlx::PgConnection::connect_with(&options).await.expect("the test server answers");
+    sqlx::query(&format!("DROP ROLE IF EXISTS {role}")).execute(&mut admin).await.expect("drop role");
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN NOCREATEDB NOSUPERUSER")).execute(&mut admin).await.expect("role");
+    let url = options.clone().username(&role).database(&name).to_url_lossy().to_string();
+
     let out = herald(&["migrate"], &[("HERALD__DATABASE__URL", &url)]);
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains(&format!("/{name}")), "names the database: {text}");
+    assert!(text.contains(&format!("database {name} does not exist")), "names the database: {text}");
+    assert!(text.contains(&format!("the role {role} may not create databases")), "the cause: {text}");
+    let command = format!("createdb -h {} -p {} -U postgres -O {role} {name}", options.get_host(), options.get_port());
+    assert!(text.contains(&command), "the exact command ({command}): {text}");
+    assert_eq!(text.matches("database.url").count(), 1, "the key once: {text}");
+
+    let env = [
+        ("HERALD__DATABASE__URL", url.as_str()),
+        ("HERALD__KEYS__CURRENT", "k1"),
+        ("HERALD__KEYS__K1", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="),
+    ];
+    let out = herald(&["worker"], &env);
+    sqlx::query(&format!("DROP ROLE IF EXISTS {role}")).execute(&mut admin).await.expect("drop role");
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
     assert_eq!(text.matches("does not exist").count(), 1, "the cause once: {text}");
-    assert!(text.contains("CREATE DATABASE") && text.contains("herald migrate"), "the fix: {text}");
+    assert!(text.contains("`herald migrate` creates it"), "the fix: {text}");
+    assert_eq!(text.matches("database.url").count(), 1, "the key once: {text}");
+}
+
+/// PostgreSQL's maintenance database is refused by `herald migrate` (and `serve --migrate`) unless
+/// `--force`: the refusal comes before any connection (the server here does not even listen), and
+/// `--force` goes past it to the connection.
+#[test]
+fn migrating_into_the_maintenance_database_needs_force() {
+    let url = format!("postgres://postgres@127.0.0.1:{}/postgres", closed_port());
+    let out = herald(&["migrate"], &[("HERALD__DATABASE__URL", &url)]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "a configuration error: {text}");
+    assert!(text.contains("database.url: names `postgres`"), "{text}");
+    assert!(text.contains("herald migrate --force"), "{text}");
+    assert!(!text.contains("refused"), "no connection was tried: {text}");
+
+    let out = herald(&["migrate", "--force"], &[("HERALD__DATABASE__URL", &url)]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("refused"), "--force went on to connect: {text}");
+}
+
+/// A URL that is not PostgreSQL's is refused at start-up naming the key once, with the near scheme when
+/// there is one; never with the URL's password.
+#[test]
+fn a_database_url_that_is_not_postgresql_is_refused_naming_the_key_once() {
+    for (url, part) in [
+        ("postgress://herald:s3cret-pw@127.0.0.1/herald", "did you mean `postgres://`?"),
+        ("mysql://herald:s3cret-pw@127.0.0.1/herald", "`mysql://` is not a PostgreSQL URL"),
+        ("postgres://herald:s3cret-pw@127.0.0.1:port/herald", "is not a valid PostgreSQL URL"),
+    ] {
+        let out = herald(&["migrate"], &[("HERALD__DATABASE__URL", url)]);
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{url}: {text}");
+        assert!(text.contains(part), "{url}: {text}");
+        assert_eq!(text.matches("database.url").count(), 1, "the key once: {text}");
+        assert!(!text.contains("s3cret-pw"), "never the password: {text}");
+    }
 }
 
 /// `herald serve` and `herald worker` refuse an unmigrated database (they used to start and log a
