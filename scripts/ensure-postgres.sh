@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# Find or start a PostgreSQL server the Herald tests can use, and report its URL.
+# Find or start a PostgreSQL server the Herald tests and the demo can use, and report its URL.
 #
-# The URL names a role that may create databases (tests create one fresh database each).
-# Order:
-#   1. $DATABASE_URL, if set and answering;
+# The URL names a role that may create databases (tests create one fresh database each; the demo its own).
+# Order — the one rule of scripts/test.sh, scripts/demo.sh and `herald demo` (README):
+#   1. $DATABASE_URL, when set (it must answer: a set but unusable DATABASE_URL is an error, never passed
+#      over for another server);
 #   2. the server at 127.0.0.1:5432 (postgres://postgres@127.0.0.1:5432/postgres), if it answers;
 #   3. a private cluster owned by this script: PostgreSQL is installed with apt if missing
 #      (needs root or password-less sudo), then initdb'd once, started on a free port from 5433
 #      up, and left running for the next call to reuse.
 #
 # Usage:
-#   url=$(scripts/ensure-postgres.sh)    # the URL is the last line of stdout; progress goes to stderr
+#   url=$(scripts/ensure-postgres.sh)    # the URL is the last line of stdout, after a line `# WHICH`
+#                                        # saying which server it is; progress goes to stderr
 #   source scripts/ensure-postgres.sh    # exports DATABASE_URL into the calling shell (no arguments)
 #   scripts/ensure-postgres.sh --stop    # stop the private cluster (if this script started one)
 #   scripts/ensure-postgres.sh --private # skip steps 1 and 2
 #   scripts/ensure-postgres.sh --install # only install the server programs if missing (for herald demo)
 #
 # Environment:
-#   DATABASE_URL           step 1 candidate
+#   DATABASE_URL           step 1
 #   HERALD_PG_PROBE_PORT   port probed in step 2 (default 5432)
 #   HERALD_PG_BASE         private cluster folder (default /var/tmp/herald-pg as root,
 #                          else ${XDG_CACHE_HOME:-$HOME/.cache}/herald/pg)
@@ -55,7 +57,7 @@ case "${1:-}" in
     --private) mode=private ;;
     --stop) mode=stop ;;
     --install) mode=install ;;
-    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
+    -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 0 ;;
     *) die "unknown argument: $1 (try --help)" ;;
 esac
 
@@ -218,6 +220,7 @@ EOF
         url="postgres://postgres@127.0.0.1:$port/postgres"
         if probe_url "$url"; then
             log "private cluster already running on port $port"
+            echo "# the private cluster on 127.0.0.1:$port (in $DATA)"
             echo "$url"
             return 0
         fi
@@ -243,6 +246,7 @@ EOF
             if probe_url "$url"; then
                 echo "$p" >"$PORTFILE"
                 log "private cluster ready on port $p"
+                echo "# the private cluster on 127.0.0.1:$p (in $DATA)"
                 echo "$url"
                 return 0
             fi
@@ -263,6 +267,7 @@ stop_private() {
     private_dirs
     if [[ -f "$DATA/postmaster.pid" ]] && as_owner "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
         as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >&2
+        log "stopped the private cluster in $DATA"
     else
         log "private cluster in $DATA is not running"
     fi
@@ -277,14 +282,17 @@ case "$mode" in
         if [[ -n "${DATABASE_URL:-}" ]]; then
             if probe_url "$DATABASE_URL"; then
                 log "using DATABASE_URL"
+                echo "# DATABASE_URL"
                 echo "$DATABASE_URL"
                 exit 0
             fi
-            log "DATABASE_URL is set but $(redact "$DATABASE_URL") is not usable; looking further"
+            die "DATABASE_URL is set but $(redact "$DATABASE_URL") does not answer, or its role may not create \
+databases; fix it, or unset it to use 127.0.0.1:$PROBE_PORT or the private cluster"
         fi
         url="postgres://postgres@127.0.0.1:$PROBE_PORT/postgres"
         if probe_url "$url"; then
             log "using the server at 127.0.0.1:$PROBE_PORT"
+            echo "# the server at 127.0.0.1:$PROBE_PORT"
             echo "$url"
             exit 0
         fi

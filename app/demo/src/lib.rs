@@ -7,7 +7,7 @@
 //! adapters); only the channels are stand-ins, so that their counters can say how many times a user
 //! would really have been prompted.
 //!
-//! * [`postgres`]: the private PostgreSQL used when no server is configured;
+//! * [`postgres`]: the server used when none is configured (127.0.0.1:5432, else the private cluster);
 //! * [`scenario`]: the table of scripted cases and the background traffic;
 //! * [`submit`]: the submissions, through the API;
 //! * [`summary`]: the counting and the tables.
@@ -42,6 +42,9 @@ use summary::{CaseResult, ChannelSummary, StandIns};
 
 /// The database the demo creates (and drops first) on its server.
 pub const DEMO_DATABASE: &str = "herald_demo";
+/// The database of the README's walkthrough on the demo's server: dropped when the demo starts serving,
+/// so that the walkthrough's `herald migrate` creates it afresh.
+pub const WALKTHROUGH_DATABASE: &str = "herald_walkthrough";
 /// Ports of the spare stand-ins (push, sms, miao) that `example.toml` points at: channels for the
 /// reader's own experiments while the demo runs. The demo's own traffic uses stand-ins on free ports, so
 /// that its counters stay about the demo alone.
@@ -59,8 +62,10 @@ pub enum Server {
     /// A configured server (`DATABASE_URL`, `--database-url` or `database.url`); its role must be able
     /// to create databases. The database named in the URL is not touched.
     Url(SecretString),
-    /// The private cluster, in this folder or the default one.
-    Private { data_dir: Option<PathBuf> },
+    /// The server of the project's one rule, as the test scripts find it: 127.0.0.1:5432 when it answers,
+    /// else the private cluster (in the default folder). With `data_dir`, the private cluster in that
+    /// folder.
+    Found { data_dir: Option<PathBuf> },
 }
 
 /// How to run the demo.
@@ -84,7 +89,7 @@ pub struct DemoOptions {
 }
 
 impl DemoOptions {
-    /// The options of `herald demo` with a server (or the private one) and the defaults.
+    /// The options of `herald demo` with a server and the defaults.
     #[must_use]
     pub fn new(server: Server) -> Self {
         DemoOptions {
@@ -175,8 +180,9 @@ fn with_database(server: &str, database: &str) -> anyhow::Result<(String, bool)>
     Ok((url.to_string(), showable))
 }
 
-/// Drops and recreates `database` on the server. Its name is a plain identifier, checked here.
-async fn recreate(server: &str, database: &str) -> anyhow::Result<()> {
+/// Drops `database` on the server, and creates it again when `create`. Its name is a plain identifier,
+/// checked here.
+async fn recreate(server: &str, database: &str, create: bool) -> anyhow::Result<()> {
     if database.is_empty() || !database.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
         bail!("the demo database name must consist of a-z, 0-9 and _");
     }
@@ -187,11 +193,21 @@ async fn recreate(server: &str, database: &str) -> anyhow::Result<()> {
         .execute(&mut conn)
         .await
         .with_context(|| format!("cannot drop the previous {database} database"))?;
-    sqlx::query(&format!("CREATE DATABASE {database}")).execute(&mut conn).await.with_context(|| {
-        format!("cannot create the database {database} (the role must be allowed to create databases)")
-    })?;
+    if create {
+        sqlx::query(&format!("CREATE DATABASE {database}")).execute(&mut conn).await.with_context(|| {
+            format!("cannot create the database {database} (the role must be allowed to create databases)")
+        })?;
+    }
     conn.close().await.ok();
     Ok(())
+}
+
+/// Where a server URL points, without user or password: `host:port`.
+fn server_place(server: &str) -> String {
+    reqwest::Url::parse(server).map_or_else(
+        |_| "(a URL that does not parse)".to_owned(),
+        |url| format!("{}:{}", url.host_str().unwrap_or("localhost"), url.port().unwrap_or(5432)),
+    )
 }
 
 /// The spare stand-ins, or `None` (with the reason printed) when a port is taken.
@@ -289,18 +305,28 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
 
     // 1. The database server and a fresh database on it.
     let (server_url, private) = match &options.server {
-        Server::Url(url) => (url.expose_secret().to_owned(), None),
-        Server::Private { data_dir } => {
-            let pg = postgres::ensure(data_dir.as_deref()).await?;
-            println!("PostgreSQL: the private cluster on 127.0.0.1:{}", pg.port);
-            (pg.url("postgres"), Some(pg))
+        Server::Url(url) => {
+            let url = url.expose_secret().to_owned();
+            println!(
+                "PostgreSQL: the configured server {} (DATABASE_URL, --database-url or database.url), database {} \
+                 (recreated)",
+                server_place(&url),
+                options.database
+            );
+            (url, None)
+        }
+        Server::Found { data_dir } => {
+            let pg = postgres::find(data_dir.as_deref()).await?;
+            println!("PostgreSQL: {}, database {} (recreated)", pg.which, options.database);
+            let private = pg.is_private().then(|| pg.clone());
+            (pg.url("postgres"), private)
         }
     };
-    recreate(&server_url, &options.database).await?;
-    let (db_url, showable) = with_database(&server_url, &options.database)?;
-    if private.is_none() {
-        println!("PostgreSQL: the configured server, database {} (recreated)", options.database);
+    recreate(&server_url, &options.database, true).await?;
+    if !options.exit {
+        recreate(&server_url, WALKTHROUGH_DATABASE, false).await?;
     }
+    let (db_url, showable) = with_database(&server_url, &options.database)?;
     let store =
         herald_postgres::PgStore::connect(&db_url, WORKERS + 6).await.context("cannot connect to the demo database")?;
     store.migrate().await.context("migrations failed")?;
@@ -476,11 +502,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     }
     store.pool().close().await;
     if let Some(pg) = private {
-        println!(
-            "The private PostgreSQL (port {}) keeps running for the next run; to stop it: {}",
-            pg.port,
-            postgres::STOP_COMMAND
-        );
+        println!("PostgreSQL: {} keeps running for the next run; to stop it: {}", pg.which, postgres::STOP_COMMAND);
     }
     Ok(report)
 }
@@ -538,17 +560,17 @@ fn print_summary(report: &DemoReport) {
     );
 }
 
-/// The lines the README's walkthrough asks to paste into a second terminal: its database on the demo's
-/// server, exactly.
+/// The line the README's walkthrough asks to paste into a second terminal: its database on the demo's
+/// server, exactly (dropped when the demo started; the walkthrough's `herald migrate` creates it).
 fn print_walkthrough_lines(server_url: &str) -> anyhow::Result<()> {
-    let (walkthrough, showable) = with_database(server_url, "herald")?;
-    let (admin, _) = with_database(server_url, "postgres")?;
+    let (walkthrough, showable) = with_database(server_url, WALKTHROUGH_DATABASE)?;
     println!("\nFor the README walkthrough, paste into a second terminal (from the repository's folder):");
     if showable {
         println!("  export HERALD__DATABASE__URL={walkthrough}");
-        println!("  psql {admin} -c 'CREATE DATABASE herald'");
     } else {
-        println!("  export HERALD__DATABASE__URL=<your server's URL, database herald>   # it has a password");
+        println!(
+            "  export HERALD__DATABASE__URL=<your server's URL, database {WALKTHROUGH_DATABASE}>   # it has a password"
+        );
     }
     Ok(())
 }

@@ -17,11 +17,14 @@ struct Args {
     #[arg(long)]
     exit: bool,
     /// A PostgreSQL server whose role may create databases; the demo (re)creates the database
-    /// `herald_demo` on it and touches nothing else. Default: `database.url`, else a private server.
+    /// `herald_demo` on it, drops `herald_walkthrough` (unless --exit) and touches nothing else. Default:
+    /// `database.url`, else the server at 127.0.0.1:5432 when it answers, else the private cluster — the
+    /// rule scripts/test.sh follows too.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     database_url: Option<String>,
-    /// The private server's folder (default: /var/tmp/herald-pg as root, else ~/.cache/herald/pg — the
-    /// one the test scripts use too).
+    /// Use the private cluster in this folder, whatever else answers (the default folder, used when
+    /// 127.0.0.1:5432 does not answer: /var/tmp/herald-pg as root, else ~/.cache/herald/pg — the one the
+    /// test scripts use too).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Stop the private PostgreSQL (if it runs) and exit.
@@ -51,7 +54,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let server = match configured {
         Some(url) => Server::Url(url),
-        None => Server::Private { data_dir: args.data_dir.clone() },
+        None => Server::Found { data_dir: args.data_dir.clone() },
     };
     let mut options = DemoOptions::new(server);
     options.exit = args.exit;

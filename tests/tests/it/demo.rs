@@ -82,6 +82,27 @@ async fn the_demo_mix_ends_as_its_scenario_table_says() {
     sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).execute(&mut conn).await.expect("drop");
 }
 
+/// With nothing configured, the demo uses the server the tests use: one rule (`scripts/ensure-postgres.sh`)
+/// for both — `DATABASE_URL` when set, else 127.0.0.1:5432 when it answers, else the private cluster.
+#[tokio::test]
+async fn the_demo_finds_the_server_the_tests_use() {
+    let found = herald_demo::postgres::find(None).await.expect("a server");
+    let ours: sqlx::postgres::PgConnectOptions = herald_tests::db::server_url().parse().expect("the test server");
+    let theirs: sqlx::postgres::PgConnectOptions = found.url.parse().expect("the demo's server");
+    assert_eq!(
+        (theirs.get_host(), theirs.get_port()),
+        (ours.get_host(), ours.get_port()),
+        "the demo chose {} ({})",
+        found.which,
+        found.url
+    );
+    assert!(
+        found.which == "DATABASE_URL" || found.which.starts_with("the server at ") || found.is_private(),
+        "it says which: {}",
+        found.which
+    );
+}
+
 /// The demo's private PostgreSQL (the project's one, `scripts/ensure-postgres.sh`) is checked before it
 /// is reused: a cluster whose server died (killed, leaving its pid file) is started again, and answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

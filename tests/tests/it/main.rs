@@ -29,6 +29,7 @@ mod submissions;
 mod tally;
 mod test_send;
 mod token_cli;
+mod walkthrough;
 mod webpush;
 mod worker_cli;
 mod worker_runtime;
