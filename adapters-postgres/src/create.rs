@@ -196,7 +196,6 @@ pub(crate) async fn create_at_once(
     }))
 }
 
-#[derive(sqlx::FromRow)]
 struct AtOnceRow {
     id: i64,
     public_id: uuid::Uuid,
@@ -204,13 +203,13 @@ struct AtOnceRow {
     reference: Option<String>,
     channel: Option<String>,
 }
+crate::rows::from_row!(AtOnceRow { id, public_id, task_id, reference, channel });
 
 /// The stored submissions of `$2` (an event key) for the users `$1`.
 const SUBMISSION_QUERY: &str = "SELECT id, public_id, user_id, body, thread_key, max_attempts, \
      (extract(epoch FROM expires_at - created_at) * 1000)::bigint AS ttl_ms \
      FROM notification WHERE user_id = ANY($1) AND event_key = $2";
 
-#[derive(sqlx::FromRow)]
 struct SubmissionRow {
     id: i64,
     public_id: uuid::Uuid,
@@ -220,6 +219,7 @@ struct SubmissionRow {
     max_attempts: Option<i32>,
     ttl_ms: i64,
 }
+crate::rows::from_row!(SubmissionRow { id, public_id, user_id, body, thread_key, max_attempts, ttl_ms });
 
 impl SubmissionRow {
     fn into_submission(self) -> StoredSubmission {
@@ -663,9 +663,8 @@ const SUBMISSIONS_OF_PAIRS: &str = "SELECT n.id, n.public_id, n.user_id, n.body,
      JOIN notification n ON n.user_id = k.user_id AND n.event_key = k.event_key";
 
 /// A task of one of several notifications.
-#[derive(sqlx::FromRow)]
 struct TasksOfRow {
     notification_id: i64,
-    #[sqlx(flatten)]
     task: TaskSummaryRow,
 }
+crate::rows::from_row!(TasksOfRow { notification_id } flatten { task });

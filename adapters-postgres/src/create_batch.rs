@@ -199,7 +199,6 @@ const AT_ONCE_MANY: &str = "WITH s AS ( \
      SELECT ns.o, ns.id, ns.public_id, t.id AS task_id, t.reference, t.channel \
      FROM ns LEFT JOIN t ON t.notification_id = ns.id";
 
-#[derive(sqlx::FromRow)]
 struct ManyRow {
     o: i64,
     id: i64,
@@ -208,6 +207,7 @@ struct ManyRow {
     reference: Option<String>,
     channel: Option<String>,
 }
+crate::rows::from_row!(ManyRow { o, id, public_id, task_id, reference, channel });
 
 /// Writes `writes` (distinct keys) in one statement; for each, what the single statement would have
 /// answered: `Some` when inserted, `None` when it existed.

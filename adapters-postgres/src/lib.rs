@@ -9,7 +9,7 @@
 //! One module per path; each uses only modules listed before it:
 //!
 //! * `convert` — domain ↔ database values, error classification;
-//! * `rows` — the `FromRow` structs and their conversions, and the shared SQL fragments ([`PARKED`]);
+//! * `rows` — the row structs (`FromRow` by `rows::from_row!`) and their conversions, and the shared SQL fragments ([`PARKED`]);
 //! * `clock` — [`PgClock`]; `notify` — the wake-up `create` sends, and the [`TaskListener`];
 //! * `transition` — the two writes the claim and the manual resolution share;
 //! * `create`, `claim`, `finish`, `resolve`, `read` — the write paths; `views` — the read models;
@@ -48,5 +48,47 @@ pub use views::{
     NOTIFICATION_BY_REFERENCE, OUTCOME_COUNTS, PARKED_PAGE, TASK_TALLY,
 };
 
-/// The embedded migrations (folder `migrations/` at the workspace root).
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+/// The embedded migrations (folder `migrations/` at the workspace root), as `sqlx::migrate!` would embed
+/// them: version and description from each file's name (`0001_core.sql`: 1, "core"), the text verbatim,
+/// so the checksums recorded in `_sqlx_migrations` are the same. `build.rs` lists the files; sqlx's
+/// proc-macro crate is not built (see `rows::from_row!`).
+pub static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyLock::new(|| {
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+    use std::borrow::Cow;
+    let migrations = EMBEDDED_MIGRATIONS
+        .iter()
+        .map(|&(version, description, sql)| {
+            Migration::new(
+                version,
+                Cow::Borrowed(description),
+                MigrationType::Simple,
+                Cow::Borrowed(sql),
+                sql.starts_with("-- no-transaction"),
+            )
+        })
+        .collect::<Vec<_>>();
+    Migrator { migrations: Cow::Owned(migrations), ..Migrator::DEFAULT }
+});
+
+/// `(version, description, SQL)` of every file in `migrations/`, by version (written by `build.rs`).
+const EMBEDDED_MIGRATIONS: &[(i64, &str, &str)] = include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
+
+#[cfg(test)]
+mod tests {
+    /// The embedded list is the folder as sqlx itself reads it (what `sqlx::migrate!` embedded before):
+    /// the same versions, descriptions, kinds and checksums, so a database migrated by an earlier Herald
+    /// is migrated for this one.
+    #[tokio::test]
+    async fn the_embedded_migrations_are_the_folder_as_sqlx_reads_it() {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
+        let read = sqlx::migrate::Migrator::new(folder).await.expect("sqlx reads the folder");
+        let shape = |m: &sqlx::migrate::Migration| {
+            (m.version, m.description.to_string(), m.migration_type, m.checksum.to_vec(), m.no_tx)
+        };
+        let ours: Vec<_> = super::MIGRATOR.iter().map(shape).collect();
+        let theirs: Vec<_> = read.iter().map(shape).collect();
+        assert!(ours.len() >= 16, "{} migrations", ours.len());
+        assert_eq!(ours, theirs);
+        assert_eq!(ours[0].1, "core");
+    }
+}

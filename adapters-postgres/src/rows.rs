@@ -1,5 +1,6 @@
-//! Row mapping: the SQL fragments several statements share, and one `#[derive(sqlx::FromRow)]` struct
-//! per shape of row the store reads, each converted into the domain or port type it stands for.
+//! Row mapping: the SQL fragments several statements share, and one struct per shape of row the store
+//! reads ([`from_row!`] makes it a `sqlx::FromRow`), each converted into the domain or port type it stands
+//! for.
 //!
 //! This is the bottom of the crate with `convert`: every other module reads rows through these types,
 //! and none of them calls `Row::try_get` column by column.
@@ -51,8 +52,28 @@ macro_rules! task_view_columns {
 }
 pub(crate) use task_view_columns;
 
+/// `impl sqlx::FromRow` for a row struct, as `#[derive(sqlx::FromRow)]` would write it: each field read
+/// from the column of its name (`Row::try_get`), each `flatten` field from the same row by its own
+/// `FromRow`. Written here rather than derived so that the build needs no sqlx proc-macro crate, which
+/// compiled sqlx's PostgreSQL driver and tokio a second time for the compiler's host (docs/ARCHITECTURE.md,
+/// "Build"). A field left out of the list does not compile: the struct literal names every field.
+macro_rules! from_row {
+    ($name:ident { $($field:ident),* $(,)? } $(flatten { $($flat:ident),* $(,)? })?) => {
+        impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for $name {
+            fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+                use sqlx::Row as _;
+                Ok($name {
+                    $($field: row.try_get(stringify!($field))?,)*
+                    $($($flat: sqlx::FromRow::from_row(row)?,)*)?
+                })
+            }
+        }
+    };
+}
+pub(crate) use from_row;
+
 /// A task row as decisions read it ([`task_decision_columns!`]).
-#[derive(Clone, sqlx::FromRow)]
+#[derive(Clone)]
 pub(crate) struct TaskDecisionRow {
     id: i64,
     user_id: String,
@@ -70,6 +91,23 @@ pub(crate) struct TaskDecisionRow {
     last_attempt_no: i32,
     digest_count: Option<i32>,
 }
+from_row!(TaskDecisionRow {
+    id,
+    user_id,
+    notification_id,
+    channel,
+    state,
+    attempt_token,
+    lease_until,
+    outcome_uncertain,
+    uncertain_since,
+    needs_review,
+    next_attempt_at,
+    attempt_count,
+    max_attempts,
+    last_attempt_no,
+    digest_count
+});
 
 /// A task as the claim and the manual resolution decide on it.
 pub(crate) struct TaskRow {
@@ -112,9 +150,7 @@ impl TryFrom<TaskDecisionRow> for TaskRow {
 }
 
 /// A row of the claim query: the task, and what the claim reads with it in the same transaction.
-#[derive(sqlx::FromRow)]
 pub(crate) struct ClaimRow {
-    #[sqlx(flatten)]
     pub task: TaskDecisionRow,
     pub reference: String,
     pub body: String,
@@ -124,6 +160,7 @@ pub(crate) struct ClaimRow {
     /// The encrypted destination (never decrypted here).
     pub destination: Option<Vec<u8>>,
 }
+from_row!(ClaimRow { reference, body, expires_at, pref_enabled, destination } flatten { task });
 
 impl ClaimRow {
     /// The channel, for ordering a batch before any egress row is locked.
@@ -133,13 +170,13 @@ impl ClaimRow {
 }
 
 /// A holding a claim took: what the `UPDATE … RETURNING` of the lease answers for one task.
-#[derive(sqlx::FromRow)]
 pub(crate) struct HeldRow {
     pub id: i64,
     attempt_token: Uuid,
     attempt_count: i32,
     last_attempt_no: i32,
 }
+from_row!(HeldRow { id, attempt_token, attempt_count, last_attempt_no });
 
 impl HeldRow {
     /// The token, the attempts used with this one, and this attempt's number.
@@ -149,13 +186,13 @@ impl HeldRow {
 }
 
 /// One task of a notification, as `create` answers it.
-#[derive(sqlx::FromRow)]
 pub(crate) struct TaskSummaryRow {
     id: i64,
     reference: String,
     channel: String,
     state: String,
 }
+from_row!(TaskSummaryRow { id, reference, channel, state });
 
 impl TryFrom<TaskSummaryRow> for TaskSummary {
     type Error = StoreError;
@@ -171,7 +208,6 @@ impl TryFrom<TaskSummaryRow> for TaskSummary {
 }
 
 /// A task as the read models show it ([`task_view_columns!`]), attempts loaded separately.
-#[derive(sqlx::FromRow)]
 pub(crate) struct TaskViewRow {
     id: i64,
     user_id: String,
@@ -188,6 +224,22 @@ pub(crate) struct TaskViewRow {
     reference: String,
     notification_ref: Uuid,
 }
+from_row!(TaskViewRow {
+    id,
+    user_id,
+    notification_id,
+    channel,
+    state,
+    outcome_uncertain,
+    needs_review,
+    attempt_count,
+    next_attempt_at,
+    provider_msg_id,
+    last_error,
+    digest_count,
+    reference,
+    notification_ref
+});
 
 impl TryFrom<TaskViewRow> for TaskView {
     type Error = StoreError;
@@ -214,7 +266,6 @@ impl TryFrom<TaskViewRow> for TaskView {
 }
 
 /// One attempt of a task (`ATTEMPTS_OF_TASKS`).
-#[derive(sqlx::FromRow)]
 pub(crate) struct AttemptRow {
     pub task_id: i64,
     attempt_no: i32,
@@ -226,6 +277,7 @@ pub(crate) struct AttemptRow {
     finished_at: Option<DateTime<Utc>>,
     note: Option<String>,
 }
+from_row!(AttemptRow { task_id, attempt_no, action, outcome, late_outcome, detail, started_at, finished_at, note });
 
 impl TryFrom<AttemptRow> for AttemptView {
     type Error = StoreError;
@@ -245,7 +297,6 @@ impl TryFrom<AttemptRow> for AttemptView {
 }
 
 /// A notification, without its tasks.
-#[derive(sqlx::FromRow)]
 pub(crate) struct NotificationRow {
     id: i64,
     public_id: Uuid,
@@ -256,6 +307,7 @@ pub(crate) struct NotificationRow {
     created_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
 }
+from_row!(NotificationRow { id, public_id, user_id, event_key, body, thread_key, created_at, expires_at });
 
 impl NotificationRow {
     /// The view of this notification with its `tasks`.
@@ -275,7 +327,6 @@ impl NotificationRow {
 }
 
 /// An inbox item, without its channels.
-#[derive(sqlx::FromRow)]
 pub(crate) struct InboxRow {
     notification_id: i64,
     public_id: Uuid,
@@ -283,6 +334,7 @@ pub(crate) struct InboxRow {
     created_at: DateTime<Utc>,
     read_at: Option<DateTime<Utc>>,
 }
+from_row!(InboxRow { notification_id, public_id, body, created_at, read_at });
 
 impl From<InboxRow> for InboxItem {
     fn from(row: InboxRow) -> InboxItem {
@@ -298,7 +350,6 @@ impl From<InboxRow> for InboxItem {
 }
 
 /// How one channel of an inbox item stands: the event's own task, or the digest task it joined.
-#[derive(sqlx::FromRow)]
 pub(crate) struct InboxChannelRow {
     pub notification_id: i64,
     channel: String,
@@ -310,6 +361,17 @@ pub(crate) struct InboxChannelRow {
     last_note: Option<String>,
     destination_gone: bool,
 }
+from_row!(InboxChannelRow {
+    notification_id,
+    channel,
+    state,
+    needs_review,
+    in_digest,
+    attempt_count,
+    last_outcome,
+    last_note,
+    destination_gone
+});
 
 impl TryFrom<InboxChannelRow> for InboxChannel {
     type Error = StoreError;
@@ -329,33 +391,32 @@ impl TryFrom<InboxChannelRow> for InboxChannel {
 }
 
 /// A parked task of the review queue: the task's view columns and when it was parked.
-#[derive(sqlx::FromRow)]
 pub(crate) struct ParkedRow {
     pub parked_at: DateTime<Utc>,
-    #[sqlx(flatten)]
     pub task: TaskViewRow,
 }
+from_row!(ParkedRow { parked_at } flatten { task });
 
 /// A notification id found by a look-up.
-#[derive(sqlx::FromRow)]
 pub(crate) struct IdRow {
     pub id: i64,
 }
+from_row!(IdRow { id });
 
 /// When an inbox item was read.
-#[derive(sqlx::FromRow)]
 pub(crate) struct ReadAtRow {
     pub read_at: Option<DateTime<Utc>>,
 }
+from_row!(ReadAtRow { read_at });
 
 /// Attempts of one channel with one outcome (the console's overview).
-#[derive(sqlx::FromRow)]
 pub(crate) struct OutcomeCountRow {
     channel: String,
     outcome: String,
     n: i64,
     latest: DateTime<Utc>,
 }
+from_row!(OutcomeCountRow { channel, outcome, n, latest });
 
 impl TryFrom<OutcomeCountRow> for OutcomeCount {
     type Error = StoreError;
@@ -371,11 +432,11 @@ impl TryFrom<OutcomeCountRow> for OutcomeCount {
 }
 
 /// A channel's egress row.
-#[derive(sqlx::FromRow)]
 pub(crate) struct EgressRow {
     channel: String,
     last_call_at: Option<DateTime<Utc>>,
 }
+from_row!(EgressRow { channel, last_call_at });
 
 impl From<EgressRow> for EgressSlot {
     fn from(row: EgressRow) -> EgressSlot {
@@ -384,7 +445,6 @@ impl From<EgressRow> for EgressSlot {
 }
 
 /// One group of the task gauges, summed from the task tally (`TASK_TALLY` in `views`).
-#[derive(sqlx::FromRow)]
 pub(crate) struct TaskCountRow {
     channel: String,
     state: String,
@@ -393,6 +453,7 @@ pub(crate) struct TaskCountRow {
     /// The tally rows the sum was taken over.
     entries: i64,
 }
+from_row!(TaskCountRow { channel, state, parked, n, entries });
 
 impl TaskCountRow {
     pub(crate) fn entries(&self) -> i64 {
@@ -419,7 +480,6 @@ impl TryFrom<TaskCountRow> for TaskCount {
 }
 
 /// A preference, as the preference store answers it (`PREF_COLUMNS` in `prefs`).
-#[derive(sqlx::FromRow)]
 pub(crate) struct PrefRow {
     user_id: String,
     channel: String,
@@ -428,6 +488,7 @@ pub(crate) struct PrefRow {
     verified: bool,
     version: i64,
 }
+from_row!(PrefRow { user_id, channel, enabled, has_destination, verified, version });
 
 impl From<PrefRow> for ChannelPref {
     fn from(row: PrefRow) -> ChannelPref {
@@ -443,12 +504,12 @@ impl From<PrefRow> for ChannelPref {
 }
 
 /// A stored ciphertext with its owner and channel.
-#[derive(sqlx::FromRow)]
 pub(crate) struct DestinationRow {
     user_id: String,
     channel: String,
     destination: Vec<u8>,
 }
+from_row!(DestinationRow { user_id, channel, destination });
 
 impl From<DestinationRow> for StoredDestination {
     fn from(row: DestinationRow) -> StoredDestination {

@@ -18,7 +18,6 @@ const KEEP_ENDED: &str = "7 days";
 const SESSION_COLUMNS: &str = "id_digest, user_id, role, credential_kind, credential_digest, credential_key, \
      credential_expires_at, csrf, created_at, last_seen_at, expires_at, ended_reason";
 
-#[derive(sqlx::FromRow)]
 struct SessionRow {
     id_digest: Vec<u8>,
     user_id: Option<String>,
@@ -33,6 +32,20 @@ struct SessionRow {
     expires_at: DateTime<Utc>,
     ended_reason: Option<String>,
 }
+crate::rows::from_row!(SessionRow {
+    id_digest,
+    user_id,
+    role,
+    credential_kind,
+    credential_digest,
+    credential_key,
+    credential_expires_at,
+    csrf,
+    created_at,
+    last_seen_at,
+    expires_at,
+    ended_reason,
+});
 
 fn digest(bytes: &[u8]) -> Result<Digest, StoreError> {
     bytes.try_into().map_err(|_| StoreError::Unknown(anyhow::anyhow!("a stored digest is not 32 bytes")))
