@@ -67,7 +67,13 @@ async fn run_script(argument: &str, data_dir: Option<&Path>) -> anyhow::Result<S
     if let Some(dir) = data_dir {
         command.env("HERALD_PG_BASE", dir);
     }
-    let output = command.output().await.context("cannot run bash for the private PostgreSQL");
+    // Not `output()`: tokio's pipes standard error too, and the script's messages (what it started, what
+    // it stopped, why it failed) would be swallowed.
+    let output = match command.spawn() {
+        Ok(child) => child.wait_with_output().await,
+        Err(error) => Err(error),
+    }
+    .context("cannot run bash for the PostgreSQL script");
     let _ = std::fs::remove_file(&file);
     let output = output?;
     if !output.status.success() {

@@ -135,6 +135,23 @@ async fn a_dead_private_cluster_is_restarted_not_trusted() {
 
     let second = herald_demo::postgres::ensure(Some(&base)).await.expect("restarted");
     assert!(answers(second.url("postgres")).await, "it answers again");
-    herald_demo::postgres::stop(Some(&base)).await.expect("stop");
+
+    // `herald demo --stop-postgres` stops it and says so (the script's messages used to be swallowed).
+    let _ = herald_tests::bins::binary("herald-demo");
+    let stop = |base: std::path::PathBuf| async move {
+        let out = tokio::process::Command::new(herald_tests::bins::binary("herald"))
+            .args(["demo", "--stop-postgres", "--data-dir"])
+            .arg(&base)
+            .output()
+            .await
+            .expect("herald demo --stop-postgres runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = stop(base.clone()).await;
+    assert!(said.contains("stopped the private cluster in"), "{said}");
+    assert!(!answers(second.url("postgres")).await, "stopped");
+    let said = stop(base.clone()).await;
+    assert!(said.contains("is not running"), "{said}");
     let _ = std::fs::remove_dir_all(&base);
 }
