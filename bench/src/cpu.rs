@@ -183,16 +183,22 @@ mod tests {
         assert!(s.subject > 0.1, "{s:?}");
     }
 
+    /// Spins until the snapshots show a tenth of a second of this process's CPU, for at most ten seconds
+    /// of wall clock: on a loaded machine a fixed spin may get less CPU than its wall time, and the test is
+    /// about the accounting, not about how busy the machine is.
     #[test]
     fn this_process_sees_itself_spend_cpu() {
         let before = snapshot();
         let mut x = 0_u64;
         let started = std::time::Instant::now();
-        while started.elapsed() < std::time::Duration::from_millis(300) {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let mut seen = split(&before, &snapshot(), &HashSet::new(), "");
+        while seen.harness <= 0.1 && started.elapsed() < std::time::Duration::from_secs(10) {
+            for _ in 0..1_000_000 {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            }
+            seen = split(&before, &snapshot(), &HashSet::new(), "");
         }
         std::hint::black_box(x);
-        let s = split(&before, &snapshot(), &HashSet::new(), "");
-        assert!(s.harness > 0.1, "{s:?}");
+        assert!(seen.harness > 0.1, "ten seconds of spinning showed no tenth of a second of CPU: {seen:?}");
     }
 }
