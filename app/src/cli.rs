@@ -14,9 +14,10 @@ use herald_domain::{TaskId, UserId};
 use herald_ports::{ResolveError, TaskView};
 use secrecy::ExposeSecret;
 
-use crate::compose::{self, Services};
-use crate::config::{Config, ConfigError, LogFormat};
-use crate::usecases;
+use crate::compose;
+use crate::config::{Config, ConfigError};
+use herald_core::usecases;
+use herald_core::Services;
 
 /// Herald: notification delivery that never silently turns "outcome unknown" into a duplicate or a
 /// "not sent".
@@ -225,7 +226,7 @@ pub fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
         .filter(|_| !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()))
         .ok_or("must be a number followed by s, m, h or d (e.g. 1h)")?;
     let ttl = std::time::Duration::from_secs(n.saturating_mul(scale));
-    if ttl.is_zero() || ttl > crate::api::auth::MAX_USER_TOKEN_TTL {
+    if ttl.is_zero() || ttl > herald_core::auth::MAX_USER_TOKEN_TTL {
         return Err("must be between 1s and 366d".to_owned());
     }
     Ok(ttl)
@@ -237,20 +238,6 @@ pub fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
 /// The configuration error.
 pub fn load_config(cli: &Cli) -> Result<Config, ConfigError> {
     Config::load(cli.config.as_deref(), std::env::vars())
-}
-
-/// Logging for the commands that run for a while (`serve`, `worker`, `migrate`, `keys rotate`).
-pub(crate) fn init_logging(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log.level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colours only for a person at a terminal: a log file or a pipe gets no escape codes.
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
-    // Failure means a subscriber is set already (only in tests); keep it.
-    let _ = match config.log.format {
-        LogFormat::Human => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }
 
 /// Runs one command.
@@ -294,7 +281,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Token(TokenCommand::Link { user_id, base_url }) => {
             let services = store_services(&config, "token link").await?;
-            let link = crate::sessions::create_link(&services, &UserId::new(user_id), config.console.link_ttl)
+            let link = herald_core::sessions::create_link(&services, &UserId::new(user_id), config.console.link_ttl)
                 .await
                 .context("cannot store the sign-in link")?;
             println!("{}{}", base_url.trim_end_matches('/'), link.path());
@@ -312,12 +299,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let services = store_services(&config, "sessions end").await?;
             let owner =
                 user.map_or(herald_ports::SessionOwner::All, |u| herald_ports::SessionOwner::User(UserId::new(u)));
-            let ended = crate::sessions::end_all(&services, &owner).await.context("cannot end sessions")?;
+            let ended = herald_core::sessions::end_all(&services, &owner).await.context("cannot end sessions")?;
             println!("{ended} session(s) ended");
             Ok(())
         }
         Command::Migrate(args) => {
-            init_logging(&config);
+            crate::logging::init(&config);
             if let Some(created) = compose::prepare_migration(&config, "migrate", args.force).await? {
                 println!("{created}");
             }
@@ -344,8 +331,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Keys(KeysCommand::Rotate { batch }) => {
-            init_logging(&config);
-            let (_, services) = Services::from_config(&config, "keys rotate", false).await?;
+            crate::logging::init(&config);
+            let (_, services) = compose::services_from_config(&config, "keys rotate", false).await?;
             let report = usecases::rotate_keys(services.prefs.as_ref(), services.cipher.as_ref(), batch).await?;
             println!("{report}");
             Ok(())
@@ -426,7 +413,7 @@ fn sessions_table(list: &[herald_ports::StoredSession]) -> String {
     if list.is_empty() {
         return "no open console session\n".into();
     }
-    let at = |t| crate::api::model::rfc3339(t);
+    let at = |t| herald_http::api::model::rfc3339(t);
     let mut out = String::from("WHO\tSIGNED IN WITH\tSIGNED IN\tLAST ACTIVE\tENDS\n");
     for s in list {
         let who = match &s.role {

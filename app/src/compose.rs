@@ -1,209 +1,87 @@
 //! The composition root: the one place where Herald's ports are wired to their adapters.
 //!
-//! [`Services`] holds every port the application drives — the notification store, the preference store,
-//! the channel registry, the destination cipher, the clock — and the configured channel table. It is
-//! built once, from configuration by [`Services::from_config`] (`herald serve`, `herald worker`, the CLI's
-//! use cases), or from parts a caller already has by [`Services::over`] (the demo, the tests: a database
-//! they created, stand-in channels, a manual clock). Everything that runs on the ports is made from it —
-//! workers ([`Services::worker`]), the HTTP API's state ([`Services::api_state`]), the use cases
-//! (`crate::usecases`) — so no wiring is written twice.
+//! [`services_from_config`] builds the core's [`Services`] from configuration — the PostgreSQL store
+//! (every store role), the channel registry with the egress guard, the keyring, the database clock — for
+//! `herald serve`, `herald worker` and the CLI's use cases; the demo and the tests build theirs with
+//! [`Services::over`] from parts they already have (a database they created, stand-in channels, a manual
+//! clock). Everything that runs on the ports is made from it — workers ([`configured_worker`]), the HTTP
+//! front end's state (`herald_http::ApiState::new`), the core's use cases — so no wiring is written twice.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use herald_domain::{ChannelName, Millis};
-use herald_ports::{
-    ChannelRegistry, ChannelTable, Clock, DeliveryStore, DestinationCipher, EgressStore, InboxStore, PreferenceStore,
-    ReadModels, ReviewStore, SessionStore, SubmissionStore,
-};
+use herald_core::worker::{Worker, WorkerConfig};
+use herald_core::Services;
+use herald_domain::Millis;
+use herald_http::Readiness;
+use herald_ports::Clock;
 use herald_postgres::PgStore;
-use metrics_exporter_prometheus::PrometheusHandle;
 use secrecy::ExposeSecret as _;
 
-use herald_domain::TestSendQuota;
-
-use crate::api::{ApiState, Authenticator, Readiness};
 use crate::config::{Config, ConfigError, WorkerSettings};
-use crate::worker::{Worker, WorkerConfig};
 
-/// The ports of one Herald process, each wired to its adapter. Cheap to clone: every part is shared.
-#[derive(Clone)]
-pub struct Services {
-    pub submissions: Arc<dyn SubmissionStore>,
-    /// Claims and finishes: the workers'.
-    pub delivery: Arc<dyn DeliveryStore>,
-    /// The test send's quota and egress slot.
-    pub egress: Arc<dyn EgressStore>,
-    pub review: Arc<dyn ReviewStore>,
-    pub inbox: Arc<dyn InboxStore>,
-    pub reads: Arc<dyn ReadModels>,
-    pub prefs: Arc<dyn PreferenceStore>,
-    /// The console's sessions and sign-in links.
-    pub sessions: Arc<dyn SessionStore>,
-    pub registry: Arc<dyn ChannelRegistry>,
-    pub cipher: Arc<dyn DestinationCipher>,
-    pub clock: Arc<dyn Clock>,
-    /// The configured channels with their rules, in configuration order.
-    pub channels: Arc<ChannelTable>,
-    /// Test sends allowed per (user, channel).
-    pub test_send_quota: TestSendQuota,
-}
-
-impl Services {
-    /// Services over a store that plays every store role (PostgreSQL: `herald_ports::prelude`), a registry,
-    /// a cipher and a clock. The channel table is the registry's, in its order.
-    pub fn over<S>(
-        store: Arc<S>,
-        registry: Arc<dyn ChannelRegistry>,
-        cipher: Arc<dyn DestinationCipher>,
-        clock: Arc<dyn Clock>,
-    ) -> Services
-    where
-        S: SubmissionStore
-            + DeliveryStore
-            + EgressStore
-            + ReviewStore
-            + InboxStore
-            + ReadModels
-            + PreferenceStore
-            + SessionStore
-            + 'static,
-    {
-        let channels = channel_table(registry.as_ref());
-        Services {
-            submissions: store.clone(),
-            delivery: store.clone(),
-            egress: store.clone(),
-            review: store.clone(),
-            inbox: store.clone(),
-            reads: store.clone(),
-            prefs: store.clone(),
-            sessions: store,
-            registry,
-            cipher,
-            clock,
-            channels: Arc::new(channels),
-            test_send_quota: TestSendQuota::default(),
-        }
-    }
-
-    /// With another test-send quota (`[test_send]`).
-    #[must_use]
-    pub fn with_test_send_quota(mut self, quota: TestSendQuota) -> Services {
-        self.test_send_quota = quota;
-        self
-    }
-
-    /// Replaces the delivery store (claims and finishes), keeping everything else: tests that wrap it to
-    /// inject faults.
-    #[must_use]
-    pub fn with_delivery(mut self, delivery: Arc<dyn DeliveryStore>) -> Services {
-        self.delivery = delivery;
-        self
-    }
-
-    /// The services `command` needs, from configuration: the database (with a pool of its own for
-    /// finishes when `workers` run in this process), the channels, the keys, the database clock. Returns
-    /// the PostgreSQL store too, for what only it can do (migrations, wake-ups, readiness).
-    ///
-    /// # Errors
-    /// A [`ConfigError`] for missing or invalid configuration; a connection failure.
-    pub async fn from_config(config: &Config, command: &str, workers: bool) -> anyhow::Result<(PgStore, Services)> {
-        let keyring = config.require_keys(command)?.keyring()?;
-        let registry = herald_channels::registry::HttpChannelRegistry::from_configs_with_egress(
-            &config.channels,
-            &config.egress.egress(),
-        )
-        .map_err(|error| ConfigError::new(error.key, error.reason))?;
-        // The workers' claims get a pool of their own: `herald serve` gives its API another one
-        // ([`Services::on_store`]), so requests never take the connections deliveries need.
-        let size = if workers { config.database.worker_max_connections } else { config.database.max_connections };
-        let mut store = connect_sized(config, command, size).await?;
-        if workers {
-            // Finishes get a pool of their own, one connection per flusher and one for give-backs: the
-            // write that records what a channel answered never queues behind claims or API requests
-            // (SPEC §5). Its connections plan each statement once (`Planning::Generic`).
-            let url = config.require_database_url(command)?;
-            let size = u32::try_from(crate::finisher::FLUSHERS + 1).unwrap_or(u32::MAX);
-            store = store.with_finish_pool(url.expose_secret(), size).await.context("database.url")?;
-        }
-        let clock: Arc<dyn Clock> = Arc::new(store.clock());
-        let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock)
-            .with_test_send_quota(config.test_send);
-        Ok((store, services))
-    }
-
-    /// The same services over another PostgreSQL store (a pool of its own): `herald serve` gives its API
-    /// one of `database.api_max_connections`, apart from the workers'.
-    #[must_use]
-    pub fn on_store(&self, store: PgStore) -> Services {
-        let clock: Arc<dyn Clock> = Arc::new(store.clock());
-        Services {
-            clock,
-            ..Services::over(
-                Arc::new(store),
-                Arc::clone(&self.registry),
-                Arc::clone(&self.cipher),
-                Arc::clone(&self.clock),
-            )
-            .with_test_send_quota(self.test_send_quota)
-        }
-    }
-
-    /// A worker over these services.
-    #[must_use]
-    pub fn worker(&self, config: WorkerConfig) -> Worker {
-        Worker::new(
-            Arc::clone(&self.delivery),
-            Arc::clone(&self.registry),
-            Arc::clone(&self.cipher),
-            Arc::clone(&self.clock),
-            config,
-        )
-    }
-
-    /// The `i`-th worker of a process configured by `settings`, named `{prefix}-{pid}-{i}`.
-    #[must_use]
-    pub fn configured_worker(&self, settings: &WorkerSettings, prefix: &str, i: u32) -> Worker {
-        self.worker(WorkerConfig {
-            id: format!("{prefix}-{}-{i}", std::process::id()),
-            lease: Millis(settings.lease_ms),
-            batch: settings.batch,
-            idle_poll: Duration::from_millis(settings.poll_ms),
-        })
-    }
-
-    /// The HTTP API's state over these services.
-    #[must_use]
-    pub fn api_state(
-        &self,
-        auth: Arc<Authenticator>,
-        readiness: Arc<dyn Readiness>,
-        metrics: Option<PrometheusHandle>,
-        body_limit: usize,
-    ) -> ApiState {
-        ApiState {
-            services: self.clone(),
-            auth,
-            console: crate::api::ConsoleSettings::default(),
-            readiness,
-            metrics,
-            body_limit,
-        }
-    }
-}
-
-/// The channels of a registry with their rules, in the registry's order.
-#[must_use]
-pub fn channel_table(registry: &dyn ChannelRegistry) -> ChannelTable {
-    ChannelTable(
-        registry
-            .names()
-            .into_iter()
-            .filter_map(|name: ChannelName| registry.get(&name).map(|channel| (name, channel.rules())))
-            .collect(),
+/// The services `command` needs, from configuration: the database (with a pool of its own for
+/// finishes when `workers` run in this process), the channels, the keys, the database clock. Returns
+/// the PostgreSQL store too, for what only it can do (migrations, wake-ups, readiness).
+///
+/// # Errors
+/// A [`ConfigError`] for missing or invalid configuration; a connection failure.
+pub async fn services_from_config(
+    config: &Config,
+    command: &str,
+    workers: bool,
+) -> anyhow::Result<(PgStore, Services)> {
+    let keyring = config.require_keys(command)?.keyring()?;
+    let registry = herald_channels::registry::HttpChannelRegistry::from_configs_with_egress(
+        &config.channels,
+        &config.egress.egress(),
     )
+    .map_err(|error| ConfigError::new(error.key, error.reason))?;
+    // The workers' claims get a pool of their own: `herald serve` gives its API another one
+    // ([`on_store`]), so requests never take the connections deliveries need.
+    let size = if workers { config.database.worker_max_connections } else { config.database.max_connections };
+    let mut store = connect_sized(config, command, size).await?;
+    if workers {
+        // Finishes get a pool of their own, one connection per flusher and one for give-backs: the
+        // write that records what a channel answered never queues behind claims or API requests
+        // (SPEC §5). Its connections plan each statement once (`Planning::Generic`).
+        let url = config.require_database_url(command)?;
+        let size = u32::try_from(herald_core::finisher::FLUSHERS + 1).unwrap_or(u32::MAX);
+        store = store.with_finish_pool(url.expose_secret(), size).await.context("database.url")?;
+    }
+    let clock: Arc<dyn Clock> = Arc::new(store.clock());
+    let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock)
+        .with_test_send_quota(config.test_send);
+    Ok((store, services))
+}
+
+/// The same services over another PostgreSQL store (a pool of its own): `herald serve` gives its API
+/// one of `database.api_max_connections`, apart from the workers'.
+#[must_use]
+pub fn on_store(services: &Services, store: PgStore) -> Services {
+    let clock: Arc<dyn Clock> = Arc::new(store.clock());
+    Services {
+        clock,
+        ..Services::over(
+            Arc::new(store),
+            Arc::clone(&services.registry),
+            Arc::clone(&services.cipher),
+            Arc::clone(&services.clock),
+        )
+        .with_test_send_quota(services.test_send_quota)
+    }
+}
+
+/// The `i`-th worker of a process configured by `settings`, named `{prefix}-{pid}-{i}`.
+#[must_use]
+pub fn configured_worker(services: &Services, settings: &WorkerSettings, prefix: &str, i: u32) -> Worker {
+    services.worker(WorkerConfig {
+        id: format!("{prefix}-{}-{i}", std::process::id()),
+        lease: Millis(settings.lease_ms),
+        batch: settings.batch,
+        idle_poll: Duration::from_millis(settings.poll_ms),
+    })
 }
 
 /// The PostgreSQL store of `database.url`, for `command`.

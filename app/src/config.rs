@@ -40,7 +40,7 @@ use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::api::auth::{valid_key_id, UserTokenKey, LEGACY_USER_KEY_ID};
+use herald_core::auth::{valid_key_id, UserTokenKey, LEGACY_USER_KEY_ID};
 use serde::Deserialize;
 
 pub mod production;
@@ -100,7 +100,7 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub body_limit_bytes: usize,
     /// The bounds every client is held to (timeouts, budgets, rates, failed sign-ins).
-    pub limits: crate::api::limits::Limits,
+    pub limits: herald_http::api::limits::Limits,
     /// `server.https`: clients reach the installation over https (a TLS-terminating proxy in front): the
     /// console's session cookie is `Secure` with the `__Host-` prefix, and answers carry HSTS.
     pub https: bool,
@@ -114,14 +114,14 @@ pub struct AuthConfig {
     pub metrics_tokens: Vec<SecretString>,
     /// `auth.user_token_keys` in order (the first signs user tokens, all verify), or the one key of
     /// `auth.user_token_secret` under the id `default`.
-    pub user_token_keys: Vec<crate::api::auth::UserTokenKey>,
+    pub user_token_keys: Vec<herald_core::auth::UserTokenKey>,
 }
 
 impl AuthConfig {
     /// The configuration key naming user-token key `i` in errors.
     #[must_use]
     pub fn user_key_name(&self, i: usize) -> String {
-        if self.user_token_keys.len() == 1 && self.user_token_keys[0].id == crate::api::auth::LEGACY_USER_KEY_ID {
+        if self.user_token_keys.len() == 1 && self.user_token_keys[0].id == herald_core::auth::LEGACY_USER_KEY_ID {
             "auth.user_token_secret".to_owned()
         } else {
             format!("auth.user_token_keys[{i}]")
@@ -130,8 +130,8 @@ impl AuthConfig {
 
     /// The authenticator of these tokens and keys.
     #[must_use]
-    pub fn authenticator(&self) -> crate::api::Authenticator {
-        crate::api::Authenticator::with_user_keys(
+    pub fn authenticator(&self) -> herald_core::auth::Authenticator {
+        herald_core::auth::Authenticator::with_user_keys(
             &self.service_tokens,
             &self.admin_tokens,
             self.user_token_keys.clone(),
@@ -217,7 +217,7 @@ pub struct Config {
     /// `[test_send]`: test sends per (user, channel) — `per_minute` (default 1), `per_day` (default 10).
     pub test_send: herald_domain::TestSendQuota,
     /// `[console]`: session lifetime and idle timeout, sign-in link lifetime.
-    pub console: crate::sessions::SessionSettings,
+    pub console: herald_core::sessions::SessionSettings,
     /// `[egress]`: the private ranges a user's destination may point into.
     pub egress: EgressConfig,
 }
@@ -625,7 +625,7 @@ pub fn check_database_url(url: &str) -> Result<(), String> {
         return Err(format!("must be a PostgreSQL URL such as {FORM}"));
     }
     let lower = scheme.to_ascii_lowercase();
-    Err(match crate::names::nearest(&lower, SCHEMES) {
+    Err(match herald_core::names::nearest(&lower, SCHEMES) {
         Some(near) => format!("`{scheme}://` is not a PostgreSQL URL scheme: did you mean `{near}://`?"),
         None => format!("`{scheme}://` is not a PostgreSQL URL: Herald stores in PostgreSQL ({FORM})"),
     })
@@ -675,13 +675,13 @@ impl RawConfig {
             1024,
             16 * 1024 * 1024,
         )?;
-        let defaults = crate::api::limits::Limits::default();
+        let defaults = herald_http::api::limits::Limits::default();
         let ms = |key: &str, value: Option<u64>, default: std::time::Duration, max: u64| {
             let default = u64::try_from(default.as_millis()).unwrap_or(u64::MAX);
             in_range(key, value.unwrap_or(default), 100, max).map(std::time::Duration::from_millis)
         };
         let s = &self.server;
-        let limits = crate::api::limits::Limits {
+        let limits = herald_http::api::limits::Limits {
             header_read_timeout: ms(
                 "server.header_read_timeout_ms",
                 s.header_read_timeout_ms,
@@ -736,7 +736,7 @@ impl RawConfig {
             forwarded_for: s.forwarded_for.unwrap_or(defaults.forwarded_for),
         };
         // Anonymous requests get the smaller budget: an eighth of the authenticated one unless set.
-        let limits = crate::api::limits::Limits {
+        let limits = herald_http::api::limits::Limits {
             anonymous_max_in_flight: match s.anonymous_max_in_flight {
                 Some(n) => in_range("server.anonymous_max_in_flight", n, 1, limits.max_in_flight).map_err(|_| {
                     ConfigError::new(
@@ -744,7 +744,7 @@ impl RawConfig {
                         "must be between 1 and server.max_in_flight: anonymous requests get the smaller budget",
                     )
                 })?,
-                None => crate::api::limits::anonymous_budget(limits.max_in_flight),
+                None => herald_http::api::limits::anonymous_budget(limits.max_in_flight),
             },
             ..limits
         };
@@ -833,7 +833,7 @@ impl RawConfig {
         let hours = in_range("console.session_hours", c.session_hours.unwrap_or(8), 1, 24 * 30)?;
         let idle = in_range("console.session_idle_minutes", c.session_idle_minutes.unwrap_or(60), 1, 24 * 60)?;
         let link = in_range("console.sign_in_link_minutes", c.sign_in_link_minutes.unwrap_or(15), 1, 7 * 24 * 60)?;
-        let console = crate::sessions::SessionSettings {
+        let console = herald_core::sessions::SessionSettings {
             policy: herald_domain::SessionPolicy {
                 lifetime: herald_domain::Millis(hours * 3_600_000),
                 idle: herald_domain::Millis(idle * 60_000),

@@ -1,41 +1,25 @@
-//! The `herald` service: worker cycles, HTTP API, configuration and command line, wired to the
-//! PostgreSQL store and the channel adapters.
+//! The `herald` binary's library: the composition root and the process around the core.
+//!
+//! The use cases and the worker are `herald-core`'s, the API and the console `herald-http`'s; this crate
+//! is the only one that knows every adapter. It reads the configuration, wires the ports to PostgreSQL and
+//! the channel adapters ([`compose`]), and runs the processes (`serve`, `worker`) and the command line.
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`cli`] | the command line: parsing and dispatch |
+//! | [`compose`] | the composition root: `Services` from configuration, the database, readiness |
+//! | [`config`] | configuration: the TOML file, `HERALD__…` overrides, `…_file` secrets, checks |
+//! | [`service`] | `herald serve` / `herald worker`: start-up, the loops, shutdown |
+//! | [`wakeups`] | PostgreSQL `LISTEN` fanned out to the worker loops |
+//! | [`metrics`] | the Prometheus exporter and the task gauges' refresh |
+//! | [`logging`] | the process's log subscriber |
+//! | [`init`] | `herald init`: a fresh configuration with its secrets in files |
 
-pub mod api;
 pub mod cli;
 pub mod compose;
 pub mod config;
-pub mod console;
-pub mod finisher;
 pub mod init;
+pub mod logging;
 pub mod metrics;
-pub mod names;
 pub mod service;
-pub mod sessions;
-pub mod usecases;
 pub mod wakeups;
-pub mod worker;
-
-/// Fixtures shared by the unit tests of this crate.
-#[cfg(test)]
-pub(crate) mod test_support {
-    use herald_domain::RetryPolicy;
-    use herald_domain::{ChannelContract, ChannelKind, ChannelRules, Millis, Policy, QueryConsistency, RefusalProof};
-
-    /// A webhook channel with the defaults: 3 attempts, 5 s client timeout, no interval, no digest.
-    pub(crate) fn webhook_rules() -> ChannelRules {
-        ChannelRules {
-            contract: ChannelContract::new(
-                ChannelKind::Webhook,
-                RefusalProof::BeforeAcceptance,
-                QueryConsistency::Immediate,
-            ),
-            retry: RetryPolicy::new(3, Millis(500), Millis(60_000)),
-            policy: Policy::Safe,
-            client_timeout: Millis(5_000),
-            min_interval: Millis::ZERO,
-            egress_guard: Millis::ZERO,
-            digest: None,
-        }
-    }
-}

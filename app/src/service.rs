@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::api;
-use crate::compose::{PgReadiness, Services};
+use herald_http as api;
+
+use crate::compose::{self, PgReadiness};
 use crate::config::Config;
 
 async fn shutdown_signal() {
@@ -46,7 +47,7 @@ const GAUGE_REFRESH: Duration = Duration::from_secs(5);
 pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArgs) -> anyhow::Result<()> {
     let command = if with_api { "serve" } else { "worker" };
     let migrate = args.migrate;
-    crate::cli::init_logging(&config);
+    crate::logging::init(&config);
     crate::config::production::check_with(&config, with_api, args.stand_ins)?;
     let authenticator = if with_api {
         let auth = config.require_auth(command)?;
@@ -59,7 +60,7 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
             tracing::info!("{created}");
         }
     }
-    let (store, services) = Services::from_config(&config, command, true).await?;
+    let (store, services) = compose::services_from_config(&config, command, true).await?;
     let metrics = crate::metrics::install()?;
     if migrate {
         store.migrate().await.context("migrations failed")?;
@@ -140,7 +141,7 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
     });
     let metrics_server = metrics_listener.map(|listener| {
         let mut stop = stop_rx.clone();
-        let router = crate::metrics::router(metrics.clone());
+        let router = api::metrics_router(metrics.clone());
         let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(listen = %address, "metrics listening");
         tokio::spawn(api::serve(
@@ -155,7 +156,7 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
 
     // One pipelined loop per process keeps up to `worker.concurrency` calls in flight.
     let mut workers = tokio::task::JoinSet::new();
-    let worker = services.configured_worker(&config.worker, "herald", 0);
+    let worker = compose::configured_worker(&services, &config.worker, "herald", 0);
     let (stop, in_flight) = (stop_rx.clone(), config.worker.concurrency as usize);
     workers.spawn(async move { worker.run_pipelined(in_flight, stop, Some(wake)).await });
     tracing::info!(
@@ -173,10 +174,14 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
     };
     let result = if let (Some(auth), Some(api_store)) = (authenticator, api_store) {
         let readiness = api::CachedReadiness::new(PgReadiness(api_store.clone()), api::READINESS_TTL);
-        let state = services
-            .on_store(api_store)
-            .api_state(Arc::new(auth), Arc::new(readiness), Some(metrics), config.server.body_limit_bytes)
-            .with_console(api::ConsoleSettings { sessions: config.console, https: config.server.https });
+        let state = api::ApiState::new(
+            compose::on_store(&services, api_store),
+            Arc::new(auth),
+            Arc::new(readiness),
+            Some(metrics),
+            config.server.body_limit_bytes,
+        )
+        .with_console(api::ConsoleSettings { sessions: config.console, https: config.server.https });
         let listener = api_listener.context("the API listener is bound when the API runs")?;
         tracing::info!(listen = %config.server.listen, "API listening");
         let limits = config.server.limits;

@@ -1,7 +1,7 @@
 //! One PostgreSQL listener per process, fanning "new tasks" wake-ups out to every worker loop.
 //!
 //! `create` notifies `herald_tasks` when it commits tasks; the listener turns each notification into a
-//! bump of a `watch` channel that every [`Worker::run`](crate::worker::Worker::run) selects on, so an
+//! bump of a `watch` channel that every `herald_core::worker::Worker::run` selects on, so an
 //! idle worker claims new work at once instead of at its next poll. Wake-ups are an optimisation only:
 //! when the listener's connection breaks, the workers keep polling while this task reconnects with the
 //! same capped, jittered backoff as a failing worker, and it wakes them once after reconnecting because
@@ -11,7 +11,8 @@ use herald_postgres::{PgStore, TaskListener, Wakeup};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::worker::{error_chain, outage_backoff};
+use herald_core::report::error_chain;
+use herald_core::worker::outage_backoff;
 
 /// Opens the listener and starts the fan-out task. When this returns with the listener up, every
 /// later committed `create` with tasks wakes the receivers; when the database cannot be reached yet,

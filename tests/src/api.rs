@@ -7,9 +7,10 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use herald_app::api::{self, Authenticator};
 use herald_app::compose::PgReadiness;
+use herald_core::auth::Authenticator;
 use herald_domain::TestSendQuota;
+use herald_http as api;
 use metrics_exporter_prometheus::PrometheusHandle;
 use reqwest::header::{HeaderMap, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
@@ -187,11 +188,14 @@ impl Api {
         (body_limit, quota): (usize, TestSendQuota),
     ) -> anyhow::Result<Api> {
         let auth = Arc::new(auth);
-        let state = world
-            .services()
-            .with_test_send_quota(quota)
-            .api_state(auth.clone(), Arc::new(PgReadiness(world.db.store.clone())), Some(metrics_handle()), body_limit)
-            .with_console(console);
+        let state = api::ApiState::new(
+            world.services().with_test_send_quota(quota),
+            auth.clone(),
+            Arc::new(PgReadiness(world.db.store.clone())),
+            Some(metrics_handle()),
+            body_limit,
+        )
+        .with_console(console);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();

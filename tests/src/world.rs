@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use herald_app::compose::Services;
-use herald_app::worker::{Worker, WorkerConfig};
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
 use herald_channels::registry::HttpChannelRegistry;
+use herald_core::worker::{Worker, WorkerConfig};
+use herald_core::Services;
 use herald_domain::classify::Classified;
 use herald_domain::{
     ChannelKind, ChannelName, ChannelRules, EventKey, Millis, NotificationId, Policy, TaskId, ThreadKey, Timestamp,
@@ -119,7 +119,7 @@ impl World {
 
     #[must_use]
     pub fn table(&self) -> ChannelTable {
-        herald_app::compose::channel_table(self.registry.as_ref())
+        herald_core::channel_table(self.registry.as_ref())
     }
 
     /// Herald's services over this world, wired by the composition root as `herald serve` wires them.

@@ -737,7 +737,7 @@ async fn journey_two_real_herald_serve_processes_share_a_session_and_a_decision_
 
     // The user's own page on process A, signed in with their token: the decision in words, not as an error.
     let token = {
-        let auth = herald_app::api::Authenticator::new(
+        let auth = herald_core::auth::Authenticator::new(
             &[],
             &[],
             secrecy::SecretString::from("a console test secret, the same in both processes"),

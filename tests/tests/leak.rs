@@ -13,7 +13,8 @@ use std::io;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use herald_app::api::{self, ApiState, Authenticator, ClockReadiness, DEFAULT_BODY_LIMIT};
+use herald_core::auth::Authenticator;
+use herald_http::{self as api, ApiState, ClockReadiness, DEFAULT_BODY_LIMIT};
 use herald_ports::prelude::*;
 use herald_ports::ChannelTable;
 use herald_standin::{Script, MIAO_NOT_FOUND};
@@ -196,7 +197,7 @@ async fn a_planted_destination_appears_in_no_log_error_response_or_row() -> anyh
             .services()
             .with_test_send_quota(herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 }),
         auth: Arc::new(auth),
-        console: herald_app::api::ConsoleSettings::default(),
+        console: herald_http::ConsoleSettings::default(),
         readiness: Arc::new(ClockReadiness(world.clock.clone())),
         metrics: None,
         body_limit: DEFAULT_BODY_LIMIT,
@@ -451,7 +452,7 @@ async fn planted_email_and_webpush_destinations_appear_in_no_log_error_response_
             .services()
             .with_test_send_quota(herald_domain::TestSendQuota { per_minute: 1000, per_day: 1000 }),
         auth: Arc::new(auth),
-        console: herald_app::api::ConsoleSettings::default(),
+        console: herald_http::ConsoleSettings::default(),
         readiness: Arc::new(ClockReadiness(world.clock.clone())),
         metrics: None,
         body_limit: DEFAULT_BODY_LIMIT,

@@ -34,9 +34,10 @@ use herald_standin::{Kind, Script, SmtpStandIn, StandIn, WebPushService};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Connection as _;
 
-use herald_app::api::{self, Authenticator};
-use herald_app::compose::Services;
-use herald_app::worker::WorkerConfig;
+use herald_core::auth::Authenticator;
+use herald_core::worker::WorkerConfig;
+use herald_core::Services;
+use herald_http as api;
 use scenario::{Ch, CASES};
 use summary::{CaseResult, ChannelSummary, StandIns};
 
@@ -382,7 +383,8 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     };
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
-    let state = services.api_state(
+    let state = api::ApiState::new(
+        services.clone(),
         Arc::clone(&auth),
         Arc::new(api::ClockReadiness(Arc::clone(&clock))),
         if options.metrics { herald_app::metrics::install().ok() } else { None },
@@ -447,10 +449,10 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     let link = if options.exit {
         String::new()
     } else {
-        let link = herald_app::sessions::create_link(
+        let link = herald_core::sessions::create_link(
             &services,
             &UserId::new(scenario::user(1)),
-            herald_app::sessions::DEFAULT_LINK_TTL,
+            herald_core::sessions::DEFAULT_LINK_TTL,
         )
         .await?;
         format!("{base}{}", link.path())

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::scenario::{self, Ch, Steps, Then, CASES};
 use super::summary::StandIns;
-use herald_app::api::Authenticator;
+use herald_core::auth::Authenticator;
 
 /// Time to live of every demo notification: long enough never to expire during the run.
 const TTL_SECONDS: u64 = 3_600;

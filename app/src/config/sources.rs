@@ -88,7 +88,7 @@ fn describe(kind: &Kind) -> String {
         Kind::InvalidLength(length, expected) => format!("invalid length {length}, expected {expected}"),
         Kind::UnknownVariant(_, expected) => format!("unknown variant, expected {}", OneOf(expected)),
         Kind::UnknownField(field, []) => format!("unknown field `{field}`, there are no fields"),
-        Kind::UnknownField(field, expected) => match crate::names::nearest(field, expected.iter().copied()) {
+        Kind::UnknownField(field, expected) => match herald_core::names::nearest(field, expected.iter().copied()) {
             Some(near) => format!("unknown field `{field}` — did you mean `{near}`? (expected {})", OneOf(expected)),
             None => format!("unknown field `{field}`, expected {}", OneOf(expected)),
         },

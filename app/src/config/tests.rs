@@ -458,7 +458,7 @@ fn a_relative_file_named_by_a_variable_is_taken_from_the_configuration_folder() 
 #[test]
 fn client_bounds_pools_and_the_metrics_listener_load_with_defaults_and_name_their_key() {
     let config = load(&full(), &[]).expect("valid");
-    assert_eq!(config.server.limits, crate::api::limits::Limits::default());
+    assert_eq!(config.server.limits, herald_http::api::limits::Limits::default());
     assert_eq!(
         (config.database.api_max_connections, config.database.worker_max_connections),
         (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS),

@@ -1693,12 +1693,12 @@ async fn planted_worker(args: &[String]) -> anyhow::Result<()> {
     }
     let (Some(config_path), Some(plant)) = (config_path, plant) else { bail!(USAGE) };
     let config = herald_app::config::Config::load(Some(&config_path), std::iter::empty())?;
-    let (pg, services) = herald_app::compose::Services::from_config(&config, "worker", true).await?;
+    let (pg, services) = herald_app::compose::services_from_config(&config, "worker", true).await?;
     let planted = PlantedStore { inner: Arc::clone(&services.delivery), pg, plant };
     let services = services.with_delivery(Arc::new(planted));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut workers = tokio::task::JoinSet::new();
-    let worker = services.configured_worker(&config.worker, "planted", 0);
+    let worker = herald_app::compose::configured_worker(&services, &config.worker, "planted", 0);
     let in_flight = config.worker.concurrency as usize;
     workers.spawn(async move { worker.run_pipelined(in_flight, stop_rx, None).await });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

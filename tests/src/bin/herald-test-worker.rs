@@ -20,9 +20,9 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herald_app::compose::Services;
-use herald_app::worker::WorkerConfig;
 use herald_channels::registry::HttpChannelRegistry;
+use herald_core::worker::WorkerConfig;
+use herald_core::Services;
 use herald_domain::Millis;
 use herald_postgres::PgStore;
 use herald_tests::world::{default_configs_for_urls, test_keyring};
@@ -64,7 +64,7 @@ fn options(rest: &[String]) -> anyhow::Result<Options> {
     Ok(options)
 }
 
-fn print_reports(cycle: &[herald_app::worker::Report]) -> std::io::Result<()> {
+fn print_reports(cycle: &[herald_core::worker::Report]) -> std::io::Result<()> {
     for report in cycle {
         println!("REPORT {report:?}");
     }

@@ -852,10 +852,10 @@ async fn an_expired_user_token_or_one_of_a_removed_key_is_a_401_saying_why() {
     api.get("/v1/users/alice/inbox", Some(&api.user_token_until("alice", now + 3600))).await.ok(StatusCode::OK);
 
     // Signed by a key the server does not list (removed after a rotation): refused, saying so.
-    let removed = herald_app::api::Authenticator::with_user_keys(
+    let removed = herald_core::auth::Authenticator::with_user_keys(
         &[],
         &[],
-        vec![herald_app::api::auth::UserTokenKey {
+        vec![herald_core::auth::UserTokenKey {
             id: "k0".into(),
             secret: secrecy::SecretString::from("a key that was rotated out long ago"),
         }],

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use herald_app::api::limits::{Limits, MAX_REQUEST_ID_CHARS};
-use herald_app::api::DEFAULT_BODY_LIMIT;
+use herald_http::api::limits::{Limits, MAX_REQUEST_ID_CHARS};
+use herald_http::DEFAULT_BODY_LIMIT;
 use herald_standin::Script;
 use herald_tests::api::{Api, ADMIN_TOKEN, SERVICE_TOKEN};
 use herald_tests::wait::wait_until;
@@ -282,7 +282,7 @@ async fn the_review_list_is_paged_by_an_opaque_cursor() {
     assert_eq!(paged, everything, "oldest first, each task once");
 
     // An inbox's cursor is not a review cursor.
-    let inbox_cursor = herald_app::api::model::cursor("inbox", 1, 1);
+    let inbox_cursor = herald_http::api::model::cursor("inbox", 1, 1);
     let answer = api.get(&format!("/v1/review?cursor={inbox_cursor}"), ADMIN).await;
     let _ = answer.field_problem(StatusCode::BAD_REQUEST, "cursor");
 }

@@ -2,8 +2,8 @@
 //! hour, then one digest task at the end of the window that later events join; the digest is delivered
 //! through the ordinary task/attempt machinery with the count in the text. No event loses its inbox item.
 
-use herald_app::worker::Report;
 use herald_channels::config::DigestSetting;
+use herald_core::worker::Report;
 use herald_domain::{Millis, TaskState, UserId};
 use herald_ports::prelude::*;
 use herald_tests::world::{ClockMode, World, T0};
@@ -132,7 +132,7 @@ async fn a_digest_lives_as_long_as_its_longest_lived_event() {
     assert_eq!(herald_tests::cases::outcomes(&view), ["TTL_EXPIRED"], "expired events are not prompted");
     let inbox = world.store.inbox(&UserId::from("u1"), 50).await.expect("inbox");
     let joined = inbox.iter().find(|i| i.body.contains("f-short-2")).expect("the joined event");
-    let words: Vec<_> = joined.channels.iter().map(herald_app::api::routes::status_text).collect();
+    let words: Vec<_> = joined.channels.iter().map(herald_http::api::routes::status_text).collect();
     assert_eq!(words, ["expired"], "the merged event says what happened to its digest");
 }
 

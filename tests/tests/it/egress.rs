@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use herald_app::worker::{Report, Worker, WorkerConfig};
+use herald_core::worker::{Report, Worker, WorkerConfig};
 use herald_domain::{Millis, TaskState, Timestamp};
 use herald_ports::{Clock, StoreError};
 use herald_tests::clock::ManualClock;

@@ -9,7 +9,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use herald_app::api;
+use herald_http as api;
 use herald_tests::api::{Api, ADMIN_TOKEN, GENEROUS_QUOTA};
 use herald_tests::wait::wait_until;
 use herald_tests::{ClockMode, World};

@@ -3,8 +3,8 @@
 //! blocks no other recipient; a recipient with no enabled channel is in-app only. Also the privacy-safe
 //! external text (§8) and the inbox words per channel (§11), each driven for real over HTTP.
 
-use herald_app::worker::Report;
 use herald_channels::config::{DigestSetting, MIAOTIXING_DEFAULT_TEXT};
+use herald_core::worker::Report;
 use herald_domain::{Outcome, TaskState};
 use herald_standin::{Script, MIAO_BAD_PARAMS};
 use herald_tests::api::{Api, SERVICE_TOKEN};

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use herald_app::worker::{Report, Worker, WorkerConfig};
 use herald_channels::config::DigestSetting;
+use herald_core::worker::{Report, Worker, WorkerConfig};
 use herald_domain::classify::Classified;
 use herald_domain::{
     finish, ChannelName, ChannelRules, EventKey, Jitter, Millis, Observation, Outcome, QueryConsistency, TaskId,

@@ -4,8 +4,8 @@
 //! PostgreSQL reports the other session as waiting on a lock — synchronisation on the database's own
 //! state, not on time.
 
-use herald_app::worker::Report;
 use herald_channels::config::DigestSetting;
+use herald_core::worker::Report;
 use herald_domain::{EventKey, Millis, TaskState, ThreadKey, UserId};
 use herald_ports::prelude::*;
 use herald_ports::store::NewNotification;

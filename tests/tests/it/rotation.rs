@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use herald_app::usecases::{rotate_keys, RotationReport};
-use herald_app::worker::Report;
 use herald_channels::cipher::{CipherError, Keyring};
+use herald_core::usecases::{rotate_keys, RotationReport};
+use herald_core::worker::Report;
 use herald_domain::{ChannelName, UserId};
 use herald_ports::{ChannelPref, PreferenceStore, StoreError, StoredDestination};
 use herald_postgres::PgStore;

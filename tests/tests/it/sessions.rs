@@ -7,8 +7,9 @@
 //! Before server-side sessions, each of these kept working: the cookie was a signed, self-contained
 //! value valid for 8 hours whatever happened on the server.
 
-use herald_app::api::{self, Authenticator};
+use herald_core::auth::Authenticator;
 use herald_domain::{Millis, Timestamp};
+use herald_http as api;
 use herald_tests::api::{Api, GENEROUS_QUOTA, SERVICE_TOKEN};
 use herald_tests::{ClockMode, World};
 use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
@@ -230,7 +231,7 @@ async fn a_person_sees_their_sessions_and_ends_one_from_another_browser() {
     // An operator ending every session of a user (`herald sessions end --user`) ends them at once.
     let services = world.services();
     let ended =
-        herald_app::sessions::end_all(&services, &herald_ports::SessionOwner::User("bea".into())).await.unwrap();
+        herald_core::sessions::end_all(&services, &herald_ports::SessionOwner::User("bea".into())).await.unwrap();
     assert_eq!(ended, 1, "the laptop's");
     sent_to_sign_in(&get(&api, "/console/me/inbox", &laptop).await, "ended=ended_by_operator");
 }

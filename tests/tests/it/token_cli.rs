@@ -5,8 +5,8 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use herald_app::api::auth::{UserTokenError, UserTokenKey};
-use herald_app::api::{Authenticator, Caller};
+use herald_core::auth::{Authenticator, Caller};
+use herald_core::auth::{UserTokenError, UserTokenKey};
 use secrecy::SecretString;
 
 const K2: &str = "the second user token secret, signing now";

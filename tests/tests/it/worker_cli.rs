@@ -37,7 +37,7 @@ async fn herald_worker_wakes_on_new_work_logs_json_and_stops_on_sigterm() {
         format!(
             "[database]\nurl = \"{url}\"\n[keys]\ncurrent = \"k1\"\nk1 = \"{KEY}\"\n\
              [worker]\nconcurrency = 1\nlease_ms = 5000\npoll_ms = 3600000\n\
-             [log]\nformat = \"json\"\nlevel = \"herald_app::worker=trace,info\"\n\
+             [log]\nformat = \"json\"\nlevel = \"herald_core::worker=trace,info\"\n\
              [[channel]]\nname = \"push\"\nkind = \"webhook\"\nurl = \"{}\"\ntimeout_ms = 1000\n",
             push.base_url()
         ),

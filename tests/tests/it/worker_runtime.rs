@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_app::worker::{Worker, WorkerConfig};
+use herald_core::worker::{Worker, WorkerConfig};
 use herald_domain::{Millis, NotificationId, TaskId, TaskState};
 use herald_ports::TaskView;
 use herald_postgres::PgStore;
@@ -220,7 +220,7 @@ async fn metrics_show_attempts_by_channel_and_outcome_and_the_task_gauges() {
     let reports = worker(&world, "w-metrics", 60_000, 8, Duration::from_millis(20)).drain(5).await.expect("drain");
     assert_eq!(reports.len(), 2, "one push send, one Miaotixing timeout: {reports:?}");
 
-    herald_app::metrics::TaskGauges::default().refresh(&*world.store).await.expect("gauges");
+    herald_core::metrics::TaskGauges::default().refresh(&*world.store).await.expect("gauges");
     let text = handle.render();
     let value = |series: &str| -> Option<f64> {
         text.lines().find_map(|line| line.strip_prefix(series)?.trim().parse::<f64>().ok())

@@ -1,6 +1,6 @@
 //! Console sessions as the browser sees them: the cookie, and the CSRF token of every form.
 //!
-//! **Sessions are server-side** (`crate::sessions`, table `console_session`). The cookie holds only a
+//! **Sessions are server-side** (`herald_core::sessions`, table `console_session`). The cookie holds only a
 //! random id (32 bytes, base64url); the database holds its SHA-256, the role, the credential the session
 //! is bound to, its CSRF secret and its times. Every console request looks the session up, and the
 //! domain decides whether it still stands (`herald_domain::judge_session`): signing out ends it, so a

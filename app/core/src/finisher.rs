@@ -21,7 +21,7 @@ use herald_domain::{finish, AttemptToken, Jitter, Observation, TaskId, UserId};
 use herald_ports::{Clock, DeliveryStore, FinishRecord, FinishResult, StoreError};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use crate::worker::error_chain;
+use crate::report::error_chain;
 
 /// Statements writing finishes at the same time, per process. Two: one fills while the other is on
 /// its way to the database.

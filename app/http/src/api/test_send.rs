@@ -20,10 +20,10 @@ use super::auth::UserAccess;
 use super::extract::ApiPath;
 use super::model::{Errors, PreferenceBody};
 use super::problem::Problem;
-use super::ApiState;
-use crate::usecases::{self, TestOutcome, TestSendError};
+use crate::state::ApiState;
+use herald_core::usecases::{self, TestOutcome, TestSendError};
 
-pub use crate::usecases::TEST_TEXT;
+pub use herald_core::usecases::TEST_TEXT;
 
 /// The answer to an accepted test send.
 pub const ACCEPTED_WORDS: &str = "accepted by the channel — please confirm you received it";

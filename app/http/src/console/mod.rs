@@ -1,5 +1,5 @@
 //! The console (SPEC §11 `/console`, issue 11): server-rendered operator and user pages served by
-//! `herald serve` beside the API, over the same use cases (`crate::usecases`) and through the same
+//! `herald serve` beside the API, over the same use cases (`herald_core::usecases`) and through the same
 //! ports — no SQL here or in the templates; every read model is a `NotificationStore` method.
 //!
 //! * **Operator** (signed in with an admin token): the overview (tasks per channel × state, parked
@@ -35,9 +35,10 @@ use serde::Deserialize;
 use self::i18n::{fill, Lang, Words, LANG_COOKIE};
 use self::pages::{Flash, Frame};
 use self::session::{CookieRules, Role, Session};
-use crate::api::{ApiState, Caller};
-use crate::sessions::{self, Found};
-use crate::usecases::{self, LogQuery, PreferenceError, TestOutcome, TestSendError};
+use crate::state::ApiState;
+use herald_core::auth::Caller;
+use herald_core::sessions::{self, Found};
+use herald_core::usecases::{self, LogQuery, PreferenceError, TestOutcome, TestSendError};
 
 const CSS: &str = include_str!("static/console.css");
 const JS: &str = include_str!("static/console.js");
@@ -73,7 +74,7 @@ fn static_file(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "public, max-age=300")], body).into_response()
 }
 
-/// The session a request's cookie names, judged now (`crate::sessions::find`). The API's limits look it
+/// The session a request's cookie names, judged now (`herald_core::sessions::find`). The API's limits look it
 /// up first, to give a signed-in page the budget of an authenticated request, and leave it in the
 /// request's extensions for [`Ctx`]; a request that came another way is looked up here.
 ///

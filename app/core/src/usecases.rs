@@ -16,7 +16,7 @@ use herald_ports::{
 };
 use std::sync::Arc;
 
-use crate::compose::Services;
+use crate::services::Services;
 
 /// One field in which a submission differs from the one stored under the same (user, event key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

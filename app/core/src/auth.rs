@@ -1,18 +1,17 @@
-//! Bearer authentication (SPEC §11): service tokens submit, admin tokens review and resolve, user tokens
-//! (signed, expiring user ids) reach one user's own resources.
+//! Bearer tokens (SPEC §11): service tokens submit, admin tokens review and resolve, user tokens (signed,
+//! expiring user ids) reach one user's own resources — and the console sessions they open are bound to
+//! them ([`crate::sessions::Credentials`]).
 //!
 //! Service and admin tokens are compared as SHA-256 digests with `subtle`, so neither the content nor the
 //! length of a configured token leaks through timing. A user token is
 //! `u2.{key id}.{base64url(user id)}.{expiry, Unix seconds}.{base64url(HMAC-SHA256)}`: the key id names
 //! which of `auth.user_token_keys` signed it — the first key signs, every listed key verifies, so keys
 //! rotate with an overlap — and the MAC covers the key id, the user and the expiry. No token, digest or
-//! MAC is ever logged or echoed.
+//! MAC is ever logged or echoed. How a front end finds the token (an `Authorization` header, a form) is
+//! the front end's business; this module only judges it.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{FromRequestParts, RawPathParams};
-use axum::http::request::Parts;
-use axum::http::{header, HeaderMap};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use herald_domain::Timestamp;
@@ -21,9 +20,6 @@ use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-
-use super::problem::Problem;
-use super::ApiState;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -281,97 +277,6 @@ impl crate::sessions::Credentials for Authenticator {
     }
 }
 
-impl From<UserTokenError> for Problem {
-    fn from(error: UserTokenError) -> Self {
-        match error {
-            UserTokenError::Invalid => Problem::unauthorized("the bearer token is not valid"),
-            UserTokenError::UnknownKey => Problem::unauthorized(
-                "the bearer token was signed by a key that is no longer accepted; ask for a new token",
-            ),
-            UserTokenError::Expired(at) => {
-                let at = i64::try_from(at).ok().and_then(|s| s.checked_mul(1000)).map_or_else(
-                    || at.to_string(),
-                    |ms| super::model::rfc3339(herald_domain::Timestamp::from_millis(ms)),
-                );
-                Problem::unauthorized(&format!("the bearer token expired at {at}; ask for a new token"))
-            }
-        }
-    }
-}
-
-pub(crate) fn bearer(headers: &HeaderMap) -> Result<&str, Problem> {
-    let value =
-        headers.get(header::AUTHORIZATION).ok_or_else(|| Problem::unauthorized("a bearer token is required"))?;
-    let value = value.to_str().map_err(|_| Problem::unauthorized("the Authorization header is not a bearer token"))?;
-    let (scheme, token) =
-        value.split_once(' ').ok_or_else(|| Problem::unauthorized("the Authorization header is not a bearer token"))?;
-    if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
-        return Err(Problem::unauthorized("the Authorization header is not a bearer token"));
-    }
-    Ok(token.trim())
-}
-
-impl FromRequestParts<ApiState> for Caller {
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
-        let token = bearer(&parts.headers)?;
-        state.auth.authenticate(token).map_err(Problem::from)
-    }
-}
-
-/// A caller allowed to submit notifications and events.
-#[derive(Debug)]
-pub struct Submitter;
-
-impl FromRequestParts<ApiState> for Submitter {
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
-        match Caller::from_request_parts(parts, state).await? {
-            Caller::Service => Ok(Submitter),
-            Caller::Admin | Caller::User(_) => Err(Problem::forbidden("submitting needs a service token")),
-        }
-    }
-}
-
-/// A caller allowed to list and resolve parked tasks.
-#[derive(Debug)]
-pub struct Administrator;
-
-impl FromRequestParts<ApiState> for Administrator {
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
-        match Caller::from_request_parts(parts, state).await? {
-            Caller::Admin => Ok(Administrator),
-            Caller::Service | Caller::User(_) => Err(Problem::forbidden("this needs an admin token")),
-        }
-    }
-}
-
-/// A caller allowed on the resources of the `{user_id}` in the path: that user's token, or an admin token.
-///
-/// Checked before the body is read, so a caller without access learns nothing from validation errors.
-#[derive(Debug)]
-pub struct UserAccess;
-
-impl FromRequestParts<ApiState> for UserAccess {
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
-        let caller = Caller::from_request_parts(parts, state).await?;
-        let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| Problem::not_found())?;
-        let path_user = params.iter().find(|(name, _)| *name == "user_id").map(|(_, value)| value.to_owned());
-        match (caller, path_user) {
-            (Caller::Admin, _) => Ok(UserAccess),
-            (Caller::User(user), Some(path_user)) if user == path_user => Ok(UserAccess),
-            (Caller::User(_), _) => Err(Problem::forbidden("this token belongs to another user")),
-            (Caller::Service, _) => Err(Problem::forbidden("this needs the user's own token or an admin token")),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,13 +351,6 @@ mod tests {
         // A known key id with another key's MAC is not valid.
         let relabelled = by_old.expose_secret().replacen("u2.k1.", "u2.k2.", 1);
         assert_eq!(rotated.authenticate(&relabelled), Err(UserTokenError::Invalid));
-    }
-
-    #[test]
-    fn refusals_say_why_without_the_token() {
-        let expired = Problem::from(UserTokenError::Expired(1_000));
-        assert!(expired.detail.contains("expired at 1970-01-01T00:16:40.000Z"), "{}", expired.detail);
-        assert!(Problem::from(UserTokenError::UnknownKey).detail.contains("no longer accepted"));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use rand::RngCore as _;
 use secrecy::{ExposeSecret as _, SecretString};
 use sha2::{Digest as _, Sha256};
 
-use crate::compose::Services;
+use crate::services::Services;
 
 /// Says whether the configuration still accepts the credential that opened a session.
 pub trait Credentials: Send + Sync {

@@ -7,7 +7,7 @@
 //! processes against one database.
 //!
 //! [`Worker::run`] is the long-running loop around the cycle: it wakes on new work (a wake channel fed
-//! by PostgreSQL `NOTIFY`, see `crate::wakeups`) or after the poll interval, backs off with jitter while
+//! by PostgreSQL `NOTIFY`, see `herald-app`'s `wakeups`) or after the poll interval, backs off with jitter while
 //! the database is unavailable, and stops claiming at once on shutdown while the cycle in flight
 //! finishes — its calls end within the channel timeout, so every attempt it started is finished.
 
@@ -29,6 +29,7 @@ use tokio::sync::watch;
 
 use crate::finisher::{Finisher, PendingFinish};
 use crate::metrics;
+use crate::report::error_chain;
 
 /// Pause after a failed cycle: doubled per consecutive failure from 100 ms up to 10 s, with equal
 /// jitter so that many workers losing one database do not come back in lockstep. Independent of the
@@ -39,18 +40,6 @@ const OUTAGE_BACKOFF: RetryPolicy = RetryPolicy { max_attempts: u32::MAX, base: 
 #[must_use]
 pub fn outage_backoff(failures: u32) -> Duration {
     Duration::from_millis(OUTAGE_BACKOFF.backoff(failures.max(1), Jitter::from_bits(rand::random())).0)
-}
-
-/// An error and its causes on one line (store errors keep the database's message in their source).
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// How one worker claims.
@@ -705,7 +694,7 @@ mod tests {
 
     const NOW: Timestamp = Timestamp(1_700_000_000_000);
 
-    use crate::test_support::webhook_rules as rules;
+    use crate::testing::webhook_rules as rules;
 
     /// A registry of one channel, `push`.
     fn push_registry(channel: Arc<dyn herald_ports::Channel>) -> MockChannelRegistry {

@@ -24,7 +24,7 @@ pub const MAX_TTL_SECONDS: i64 = 30 * 24 * 3600;
 pub const MAX_ATTEMPTS: i64 = 20;
 pub const MAX_RECIPIENTS: usize = 1000;
 pub const MAX_NOTE_CHARS: usize = 2000;
-pub use crate::usecases::MAX_DESTINATION_CHARS;
+pub use herald_core::usecases::MAX_DESTINATION_CHARS;
 
 /// An RFC 3339 UTC timestamp with milliseconds.
 #[must_use]
@@ -476,7 +476,7 @@ impl From<&TaskView> for TaskBody {
             resolution: t.manual_resolution().map(|(decision, note)| ResolutionBody {
                 final_state: decision.as_str().to_owned(),
                 note: note.to_owned(),
-                text: format!("{}: {note}", crate::usecases::decision_words(decision)),
+                text: format!("{}: {note}", herald_core::usecases::decision_words(decision)),
             }),
             attempts: t.attempts.iter().map(AttemptBody::from).collect(),
         }

@@ -288,7 +288,7 @@ async fn bound(State(shared): State<Shared>, mut request: Request, next: Next) -
             Ok(found) => found.map_err(drop),
             Err(_) => return timed_out(limit),
         };
-        if let Ok(crate::sessions::Found::Live(session)) = &found {
+        if let Ok(herald_core::sessions::Found::Live(session)) = &found {
             who = Who::Session(Sha256::digest(session.id_digest).into());
         } else {
             anonymous_permit = Some(permit);

@@ -10,7 +10,7 @@ use axum::http::{header, StatusCode};
 use serde::de::DeserializeOwned;
 
 use super::problem::{FieldError, Problem};
-use super::ApiState;
+use crate::state::ApiState;
 
 /// How long a body may take without the limits layer (`super::limits::BodyTimeout` says otherwise).
 const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -69,7 +69,7 @@ pub(crate) fn field_error(path: &str, message: &str) -> FieldError {
                 };
                 // serde lists the known fields after the unknown one: "…, expected one of `a`, `b`".
                 let known = expected.split('`').skip(1).step_by(2);
-                return match crate::names::nearest(name, known).filter(|_| lead == "unknown field `") {
+                return match herald_core::names::nearest(name, known).filter(|_| lead == "unknown field `") {
                     Some(near) => FieldError::new(field, format!("{text}; did you mean `{near}`?")),
                     None => FieldError::new(field, text),
                 };

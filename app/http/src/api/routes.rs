@@ -7,7 +7,7 @@ use axum::Json;
 use herald_domain::{ChannelName, NotificationRef, Outcome, TaskId, TaskState, UserId};
 use herald_ports::{InboxChannel, MarkRead, NotificationView};
 
-use super::auth::{Administrator, Caller, Submitter, UserAccess};
+use super::auth::{Administrator, Authenticated, Submitter, UserAccess};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::model::{
     rfc3339, CreatedBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody, InboxItemBody,
@@ -15,8 +15,9 @@ use super::model::{
     ResolvedBody, ReviewBody, ReviewTaskBody, SignInLinkBody, SubmitEvent, SubmitNotification, TaskBody,
 };
 use super::problem::{FieldError, Problem};
-use super::ApiState;
-use crate::usecases::{self, PreferenceError};
+use crate::state::ApiState;
+use herald_core::auth::Caller;
+use herald_core::usecases::{self, PreferenceError};
 
 type ApiResult<T> = Result<T, Problem>;
 
@@ -129,7 +130,7 @@ fn notification_body(view: &NotificationView) -> NotificationBody {
 )]
 pub async fn get_notification(
     State(state): State<ApiState>,
-    caller: Caller,
+    Authenticated(caller): Authenticated,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<NotificationBody>> {
     // Not in the documented form: no notification has that id.
@@ -237,7 +238,7 @@ pub fn status_text(channel: &InboxChannel) -> &'static str {
     }
     if let Some(decision) = channel.last_outcome.and_then(herald_domain::resolve::manual_decision) {
         if channel.state == decision.state() {
-            return crate::usecases::decision_words(decision);
+            return herald_core::usecases::decision_words(decision);
         }
     }
     match channel.state {
@@ -289,7 +290,8 @@ pub async fn get_inbox(
         .inbox_position()?
         .map(|(at, notification)| herald_ports::InboxCursor { created_at: herald_domain::Timestamp(at), notification });
     let mut items =
-        crate::usecases::inbox_page(&state.services(), &UserId::new(user_id), after, limit.saturating_add(1)).await?;
+        herald_core::usecases::inbox_page(&state.services(), &UserId::new(user_id), after, limit.saturating_add(1))
+            .await?;
     let next_cursor = if items.len() > limit as usize {
         items.truncate(limit as usize);
         items.last().map(|last| super::model::cursor("inbox", last.created_at.0, last.notification_ref))
@@ -338,7 +340,8 @@ pub async fn list_review(
 ) -> ApiResult<Json<ReviewBody>> {
     let limit = query.limit(100)?;
     let after = query.position("review")?.map(|(at, id)| (herald_domain::Timestamp(at), TaskId(id)));
-    let mut page = crate::usecases::review_page(&state.services(), None, None, after, limit.saturating_add(1)).await?;
+    let mut page =
+        herald_core::usecases::review_page(&state.services(), None, None, after, limit.saturating_add(1)).await?;
     let next_cursor = if page.len() > limit as usize {
         page.truncate(limit as usize);
         page.last().map(|last| super::model::cursor("review", last.parked_at.0, last.task.task_id.0))
@@ -380,7 +383,7 @@ pub async fn resolve_task(
     ApiJson(request): ApiJson<ResolveRequest>,
 ) -> ApiResult<Json<ResolvedBody>> {
     let (final_state, note) = request.validate()?;
-    let resolved = crate::usecases::resolve(&state.services(), TaskId(task_id), final_state, &note).await?;
+    let resolved = herald_core::usecases::resolve(&state.services(), TaskId(task_id), final_state, &note).await?;
     Ok(Json(ResolvedBody { task_id: resolved.task_id.0, state: resolved.state.to_string() }))
 }
 
@@ -406,11 +409,12 @@ pub async fn mark_read(
     errors.finish(|| Some(()))?;
     // Not in the documented form: no item has that id.
     let id = NotificationRef::parse(&notification_id).ok_or_else(Problem::not_found)?;
-    let (read_at, changed) = match crate::usecases::mark_read(&state.services(), &UserId::new(user_id), id).await? {
-        MarkRead::Marked(at) => (at, true),
-        MarkRead::AlreadyRead(at) => (at, false),
-        MarkRead::NotFound => return Err(Problem::not_found()),
-    };
+    let (read_at, changed) =
+        match herald_core::usecases::mark_read(&state.services(), &UserId::new(user_id), id).await? {
+            MarkRead::Marked(at) => (at, true),
+            MarkRead::AlreadyRead(at) => (at, false),
+            MarkRead::NotFound => return Err(Problem::not_found()),
+        };
     Ok(Json(ReadBody { notification_id: id.to_string(), read_at: rfc3339(read_at), changed }))
 }
 
@@ -429,7 +433,7 @@ pub async fn mark_read(
 )]
 pub async fn create_sign_in_link(
     State(state): State<ApiState>,
-    caller: Caller,
+    Authenticated(caller): Authenticated,
     ApiPath(user_id): ApiPath<String>,
 ) -> ApiResult<(StatusCode, Json<SignInLinkBody>)> {
     if !matches!(caller, Caller::Service | Caller::Admin) {
@@ -439,7 +443,8 @@ pub async fn create_sign_in_link(
     check_path_user(&mut errors, &user_id);
     errors.finish(|| Some(()))?;
     let link =
-        crate::sessions::create_link(&state.services(), &UserId::new(user_id), state.console.sessions.link_ttl).await?;
+        herald_core::sessions::create_link(&state.services(), &UserId::new(user_id), state.console.sessions.link_ttl)
+            .await?;
     Ok((StatusCode::CREATED, Json(SignInLinkBody { path: link.path(), expires_at: rfc3339(link.expires_at) })))
 }
 

@@ -13,7 +13,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use super::i18n::{fill, Lang, Words};
 use super::session::{Role, Session};
 use crate::api::model::rfc3339;
-use crate::usecases::ChannelOverview;
+use herald_core::usecases::ChannelOverview;
 
 /// A message shown at the top of a page.
 pub enum Flash {
