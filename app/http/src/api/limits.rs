@@ -282,8 +282,11 @@ async fn bound(State(shared): State<Shared>, mut request: Request, next: Next) -
         // more than any anonymous request), and handed on to the page.
         let Ok(permit) = Arc::clone(&shared.anonymous).try_acquire_owned() else { return overloaded() };
         let limit = shared.limits.request_timeout;
-        let found = match tokio::time::timeout(limit, crate::console::request_session(&shared.state, request.headers()))
-            .await
+        let found = match tokio::time::timeout(
+            limit,
+            crate::console::lookup::request_session(&shared.state, request.headers()),
+        )
+        .await
         {
             Ok(found) => found.map_err(drop),
             Err(_) => return timed_out(limit),
@@ -293,7 +296,7 @@ async fn bound(State(shared): State<Shared>, mut request: Request, next: Next) -
         } else {
             anonymous_permit = Some(permit);
         }
-        request.extensions_mut().insert(crate::console::LookedUp(found));
+        request.extensions_mut().insert(crate::console::lookup::LookedUp(found));
     }
     let (_permit, credentials) = match who {
         Who::Token(key) | Who::Session(key) => {

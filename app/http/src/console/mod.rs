@@ -17,6 +17,7 @@
 //! [`pages`]; `static/console.js` is a small progressive enhancement (the pages work without it).
 
 pub mod i18n;
+pub mod lookup;
 pub mod pages;
 pub mod session;
 
@@ -28,11 +29,12 @@ use axum::routing::{get, post};
 use axum::{Form, Router};
 use herald_domain::resolve::FinalState;
 use herald_domain::{ChannelName, EventKey, Millis, NotificationRef, SessionEnd, TaskId, Timestamp, UserId};
-use herald_ports::{InboxCursor, MarkRead, ResolveError, SessionRole, StoreError};
+use herald_ports::{InboxCursor, MarkRead, ResolveError, SessionRole};
 use maud::Markup;
 use serde::Deserialize;
 
 use self::i18n::{fill, Lang, Words, LANG_COOKIE};
+use self::lookup::{request_session, LookedUp};
 use self::pages::{Flash, Frame};
 use self::session::{CookieRules, Role, Session};
 use crate::state::ApiState;
@@ -74,18 +76,6 @@ fn static_file(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "public, max-age=300")], body).into_response()
 }
 
-/// The session a request's cookie names, judged now (`herald_core::sessions::find`). The API's limits look it
-/// up first, to give a signed-in page the budget of an authenticated request, and leave it in the
-/// request's extensions for [`Ctx`]; a request that came another way is looked up here.
-///
-/// # Errors
-/// Store failures.
-pub async fn request_session(state: &ApiState, headers: &HeaderMap) -> Result<Found, StoreError> {
-    let rules = CookieRules { https: state.console.https, forwarded_tls: session::is_tls(headers) };
-    let Some(cookie) = session::cookie(headers, rules.name()) else { return Ok(Found::None) };
-    sessions::find(&state.services(), state.auth.as_ref(), state.console.sessions.policy, &cookie).await
-}
-
 /// Where a request is, for the language switch: its path and query without a bearer token the query may
 /// carry (the retired form of sign-in links), so that no link on the page repeats it. A link's one-time
 /// code stays: the page's own form holds it anyway, and the switch must keep the link working.
@@ -97,10 +87,6 @@ fn here(path: &str, query: &str) -> String {
         format!("{path}?{}", kept.join("&"))
     }
 }
-
-/// A looked-up session, as the limits layer leaves it for [`Ctx`].
-#[derive(Clone, Debug)]
-pub struct LookedUp(pub Result<Found, ()>);
 
 /// What every console request knows: its language, its session (if one stands), whether its session
 /// just ended (and why), how the cookie is written, and where it is (for the language switch).
