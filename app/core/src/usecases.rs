@@ -386,8 +386,7 @@ pub async fn set_preference(
     destination: Option<&secrecy::SecretString>,
 ) -> Result<PreferenceSet, PreferenceError> {
     use secrecy::ExposeSecret as _;
-    let rules = services.channels.get(channel).ok_or(PreferenceError::UnknownChannel)?;
-    let webpush = rules.contract.kind == herald_domain::ChannelKind::Webpush;
+    services.channels.get(channel).ok_or(PreferenceError::UnknownChannel)?;
     if let Some(destination) = destination {
         check_destination(services, channel, destination).map_err(PreferenceError::InvalidDestination)?;
     }
@@ -396,7 +395,9 @@ pub async fn set_preference(
         if stored.is_none() {
             return Err(PreferenceError::NoDestination);
         }
-        if webpush && services.prefs.destination_expired(user, channel).await? {
+        // The channel found the stored destination gone for good (only a Web Push subscription can be,
+        // today): switching it on again would only fail.
+        if services.prefs.destination_expired(user, channel).await? {
             return Err(PreferenceError::SubscriptionExpired);
         }
     }
@@ -420,7 +421,7 @@ pub async fn set_preference(
         None => None,
     };
     let pref = services.prefs.put(user, channel, enabled, ciphertext).await?;
-    let subscription_expired = webpush && services.prefs.destination_expired(user, channel).await?;
+    let subscription_expired = services.prefs.destination_expired(user, channel).await?;
     Ok(PreferenceSet { pref, subscription_expired })
 }
 
