@@ -52,3 +52,22 @@ pub fn binary(name: &str) -> PathBuf {
     assert!(path.is_file(), "{} was not built", path.display());
     path
 }
+
+/// The path of example `name` of package `package` (`target/debug/examples/{name}`), built first.
+///
+/// # Panics
+/// When it cannot be built.
+#[must_use]
+pub fn example(package: &str, name: &str) -> PathBuf {
+    let path = profile_dir().join("examples").join(name);
+    let release = profile_dir().file_name().is_some_and(|n| n == "release");
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo.args(["build", "-q", "-p", package, "--example", name]);
+    if release {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().unwrap_or_else(|e| panic!("cannot run cargo to build example {name}: {e}"));
+    assert!(status.success(), "cargo could not build example {name}");
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}

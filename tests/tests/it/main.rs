@@ -10,6 +10,7 @@ mod digest;
 mod egress;
 mod egress_guard;
 mod email;
+mod embedding;
 mod events;
 mod example_config;
 mod exposure;
