@@ -9,6 +9,7 @@ pub mod api;
 pub mod bins;
 pub mod cases;
 pub mod clock;
+pub mod console;
 pub mod db;
 pub mod evidence;
 pub mod peers;

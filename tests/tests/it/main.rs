@@ -18,6 +18,7 @@ mod facts;
 mod idempotency;
 mod keys_cli;
 mod manual;
+mod one_path;
 mod preferences;
 mod processes;
 mod production;

@@ -10,8 +10,8 @@ use herald_domain::{ChannelKind, ChannelName, UserId};
 use herald_ports::{DestinationCipher, PreferenceStore};
 use herald_standin::WebPushService;
 use herald_tests::api::Api;
+use herald_tests::console::{form_value, Console};
 use herald_tests::{ClockMode, World};
-use reqwest::header::{CONTENT_TYPE, COOKIE, SET_COOKIE};
 use reqwest::StatusCode;
 use secrecy::SecretString;
 use serde_json::json;
@@ -30,61 +30,10 @@ fn configs(configs: &mut Vec<ChannelConfig>) {
     configs.push(webpush);
 }
 
-/// A console session of `user`, through a one-time link, and the CSRF token of its settings page.
-async fn console_session(api: &Api, user: &str) -> (reqwest::Client, String, String) {
-    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
-    let link = api.sign_in_link(user).await;
-    let code = link.split_once("code=").expect("a code").1;
-    let answer = client
-        .post(format!("{}/console/login/user", api.base))
-        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header("sec-fetch-site", "same-origin")
-        .body(format!("code={code}"))
-        .send()
-        .await
-        .expect("sign in");
-    let cookie = answer.headers()[SET_COOKIE].to_str().expect("cookie").split(';').next().expect("pair").to_owned();
-    let page = client
-        .get(format!("{}/console/me/channels", api.base))
-        .header(COOKIE, &cookie)
-        .send()
-        .await
-        .expect("settings")
-        .text()
-        .await
-        .expect("page");
-    let at = page.find("name=\"csrf\" value=\"").expect("a form");
-    let csrf = page[at + 19..at + 19 + 32].to_owned();
-    (client, cookie, csrf)
-}
-
-fn form_value(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The console's settings form for `channel`: `destination` typed, the switch on.
-async fn console_save(
-    api: &Api,
-    session: &(reqwest::Client, String, String),
-    channel: &str,
-    destination: &str,
-) -> StatusCode {
-    let (client, cookie, csrf) = session;
-    let form = format!("csrf={csrf}&destination={}&enabled=on", form_value(destination));
-    client
-        .post(format!("{}/console/me/channels/{channel}", api.base))
-        .header(COOKIE, cookie)
-        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(form)
-        .send()
-        .await
-        .expect("save")
-        .status()
+async fn console_save(console: &Console, channel: &str, destination: &str) -> StatusCode {
+    let fields = format!("destination={}&enabled=on", form_value(destination));
+    console.post(&format!("/console/me/channels/{channel}"), &fields).await.status
 }
 
 #[tokio::test]
@@ -93,7 +42,7 @@ async fn the_console_refuses_every_destination_the_api_refuses_and_stores_what_i
     let api = Api::start(&world).await.expect("api");
     let peer = WebPushService::start().await.expect("push service");
     let token = api.user_token("bob");
-    let session = console_session(&api, "bob").await;
+    let session = Console::user(&api, "bob").await;
     let subscription = |endpoint: &str| {
         let mut value: serde_json::Value = serde_json::from_str(&peer.subscribe()).expect("json");
         value["endpoint"] = json!(endpoint);
@@ -113,11 +62,7 @@ async fn the_console_refuses_every_destination_the_api_refuses_and_stores_what_i
         let path = format!("/v1/users/bob/channels/{channel}");
         let answer = api.put(&path, Some(&token), &json!({"destination": destination, "enabled": true})).await;
         let _ = answer.field_problem(StatusCode::UNPROCESSABLE_ENTITY, "destination");
-        assert_eq!(
-            console_save(&api, &session, channel, destination).await,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "{channel}"
-        );
+        assert_eq!(console_save(&session, channel, destination).await, StatusCode::UNPROCESSABLE_ENTITY, "{channel}");
         assert!(
             world.store.get(&UserId::from("bob"), &ChannelName::from(*channel)).await.expect("get").is_none(),
             "{channel}: neither front end stored it"
@@ -126,7 +71,7 @@ async fn the_console_refuses_every_destination_the_api_refuses_and_stores_what_i
 
     // What both accept, both store the same way: encrypted, switched on, unverified.
     let good = peer.subscribe();
-    assert_eq!(console_save(&api, &session, "webpush", &good).await, StatusCode::SEE_OTHER);
+    assert_eq!(console_save(&session, "webpush", &good).await, StatusCode::SEE_OTHER);
     let by_console = world.store.get(&UserId::from("bob"), &ChannelName::from("webpush")).await.expect("get");
     let doc = api
         .put(
@@ -159,17 +104,8 @@ async fn neither_front_end_switches_an_expired_subscription_back_on() {
     let answer =
         api.put("/v1/users/cleo/channels/webpush", Some(&api.user_token("cleo")), &json!({"enabled": true})).await;
     assert!(answer.field_problem(StatusCode::CONFLICT, "destination").contains("subscribe again"));
-    let session = console_session(&api, "cleo").await;
-    let (client, cookie, csrf) = &session;
-    let status = client
-        .post(format!("{}/console/me/channels/webpush", api.base))
-        .header(COOKIE, cookie)
-        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(format!("csrf={csrf}&destination=&enabled=on"))
-        .send()
-        .await
-        .expect("save")
-        .status();
+    let session = Console::user(&api, "cleo").await;
+    let status = session.post("/console/me/channels/webpush", "destination=&enabled=on").await.status;
     assert_eq!(status, StatusCode::CONFLICT);
     let pref = world.store.get(&user, &channel).await.expect("get").expect("stored");
     assert!(!pref.enabled, "still off");
