@@ -3,8 +3,9 @@
 //! included — over a real PostgreSQL and the stand-in channels.
 //!
 //! Chromium and chromedriver are installed by `scripts/ensure-chromium.sh` (called by `scripts/test.sh`
-//! and `.ci/run`); these tests are never skipped — without the programs they fail and say how to install
-//! them. Each journey starts its own chromedriver and a Chromium with a fresh profile, takes screenshots
+//! and `.ci/run`); without the programs these tests fail and say how to install them. For a quick local
+//! loop they can be left out with `HERALD_SKIP_BROWSER=1` — reported as skipped by `scripts/test.sh`,
+//! never as passed, and never set by `.ci/run` — and run alone with `scripts/test.sh --test browser`. Each journey starts its own chromedriver and a Chromium with a fresh profile, takes screenshots
 //! (PNG) into `target/console-screenshots/` (printed), and checks on every page it sees: the planted
 //! destinations are in no page's HTML, the page has a title and one `h1`, every input has a label, every
 //! action is a focusable control with a name. Journeys run one at a time (a process-wide lock), so two
@@ -17,7 +18,7 @@ use std::time::Duration;
 use fantoccini::{Client, ClientBuilder, Locator};
 use herald_channels::config::DigestSetting;
 use herald_domain::{Millis, TaskId, TaskState};
-use herald_standin::Script;
+use herald_standin::{skip, Script};
 use herald_tests::api::{Api, ADMIN_TOKEN, SERVICE_TOKEN};
 use herald_tests::world::{ClockMode, World};
 use reqwest::StatusCode;
@@ -33,6 +34,9 @@ struct Turn {
     _lock: tokio::sync::MutexGuard<'static, ()>,
     done: std::sync::mpsc::Sender<()>,
 }
+
+/// Set it to leave the journeys out of a local run (never in CI).
+const SKIP_BROWSER: &str = "HERALD_SKIP_BROWSER";
 
 const JOURNEY_LIMIT: Duration = Duration::from_secs(240);
 
@@ -276,6 +280,9 @@ async fn task_view(world: &World, notification: &str, task: i64) -> herald_ports
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_sign_in_is_required_for_every_console_page() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     let _one = serial().await;
     let (_world, api) = world_and_api().await;
     let b = Browser::start(&api.base, "en-US", secrets(&[])).await;
@@ -318,6 +325,9 @@ async fn journey_sign_in_is_required_for_every_console_page() {
 /// other browser is signed out at its next click, and says why; in Chinese as well.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_a_person_ends_a_session_of_another_browser() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     let _one = serial().await;
     let (_world, api) = world_and_api().await;
     let laptop = Browser::start(&api.base, "en-US", secrets(&[])).await;
@@ -348,6 +358,9 @@ async fn journey_a_person_ends_a_session_of_another_browser() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_recipient_a_fails_while_b_succeeds_both_shown_in_english_and_chinese() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     let _one = serial().await;
     let (world, api) = world_and_api().await;
     world.user("alice", &["miao"]).await.unwrap();
@@ -398,6 +411,9 @@ async fn journey_recipient_a_fails_while_b_succeeds_both_shown_in_english_and_ch
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_an_operator_resolves_a_parked_task_once_and_a_second_tab_gets_the_conflict() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     let _one = serial().await;
     let (world, api) = world_and_api().await;
     let (notification, task) = parked(&world, &api, "carol", "ord-5").await;
@@ -446,6 +462,9 @@ async fn journey_an_operator_resolves_a_parked_task_once_and_a_second_tab_gets_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_send_again_leads_to_a_new_fenced_attempt() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     let _one = serial().await;
     let (world, api) = world_and_api().await;
     let (notification, task) = parked(&world, &api, "dave", "ord-6").await;
@@ -485,6 +504,9 @@ async fn journey_send_again_leads_to_a_new_fenced_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_csrf_is_refused_and_a_user_cannot_open_another_users_pages() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     let _one = serial().await;
     let (world, api) = world_and_api().await;
     let (notification, task) = parked(&world, &api, "erin", "ord-8").await;
@@ -520,6 +542,9 @@ async fn journey_csrf_is_refused_and_a_user_cannot_open_another_users_pages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_test_send_tells_the_truth_for_every_answer() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     let _one = serial().await;
     let (world, api) = world_and_api().await;
     let b = Browser::start(&api.base, "en-US", secrets(&["frank"])).await;
@@ -559,6 +584,9 @@ async fn journey_test_send_tells_the_truth_for_every_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_the_egress_interval_is_shown_and_holds_a_second_test_send() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     let _one = serial().await;
     let world = World::with(ClockMode::Manual, |configs| {
         let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
@@ -592,6 +620,9 @@ async fn journey_the_egress_interval_is_shown_and_holds_a_second_test_send() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_a_digest_keeps_every_inbox_item_and_mark_as_read() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     let _one = serial().await;
     let world = World::with(ClockMode::Manual, |configs| {
         let push = configs.iter_mut().find(|c| c.name == "push").expect("push");
@@ -650,6 +681,9 @@ async fn herald_serve(config: &Path, base: &str) -> tokio::process::Child {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journey_two_real_herald_serve_processes_share_a_session_and_a_decision_shows_as_human() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
     use herald_ports::prelude::*;
     let _one = serial().await;
     let db = herald_tests::TestDb::fresh().await.expect("a fresh database");

@@ -31,6 +31,11 @@ pub fn missing(missing: &str, fix: &str) {
         "{missing}: {fix}. (To skip this test instead, set {ALLOW_SKIP}=1: scripts/test.sh then reports it as \
          skipped, never as passed.)"
     );
+    record(missing);
+}
+
+/// Writes one skipped test's line to [`SKIP_LOG`] and to standard error.
+fn record(missing: &str) {
     // The test harness names each test's thread after the test.
     let current = std::thread::current();
     let test = current.name().unwrap_or("a test");
@@ -48,4 +53,16 @@ pub fn missing(missing: &str, fix: &str) {
     }
     // Straight to the file descriptor: `eprintln!` would be captured and shown only for a failed test.
     let _ = std::io::stderr().write_all(format!("SKIPPED {line}").as_bytes());
+}
+
+/// Whether the person running the tests chose to leave `what` out by setting `variable` (to anything but
+/// empty or `0`), for a quicker local loop. A test left out this way is recorded as skipped like one
+/// whose peer is missing — never counted as passed — and `.ci/run` never sets such a variable.
+#[must_use]
+pub fn chosen(variable: &str, what: &str) -> bool {
+    let chosen = std::env::var(variable).is_ok_and(|value| !value.is_empty() && value != "0");
+    if chosen {
+        record(&format!("{what} left out ({variable} is set)"));
+    }
+    chosen
 }
