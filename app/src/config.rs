@@ -681,6 +681,15 @@ impl RawConfig {
             in_range(key, value.unwrap_or(default), 100, max).map(std::time::Duration::from_millis)
         };
         let s = &self.server;
+        // A count of requests: at least one, at most a million.
+        fn count<T: PartialOrd + fmt::Display + Copy + From<u16> + TryFrom<u32>>(
+            key: &str,
+            value: Option<T>,
+            default: T,
+        ) -> Result<T> {
+            let million = T::try_from(1_000_000).unwrap_or(default);
+            in_range(key, value.unwrap_or(default), T::from(1), million)
+        }
         let limits = herald_http::api::limits::Limits {
             header_read_timeout: ms(
                 "server.header_read_timeout_ms",
@@ -695,43 +704,25 @@ impl RawConfig {
                 3_600_000,
             )?,
             body_timeout: ms("server.body_timeout_ms", s.body_timeout_ms, defaults.body_timeout, 3_600_000)?,
-            max_in_flight: in_range(
-                "server.max_in_flight",
-                s.max_in_flight.unwrap_or(defaults.max_in_flight),
-                1,
-                1_000_000,
-            )?,
-            rate_per_second: in_range(
-                "server.rate_per_second",
-                s.rate_per_second.unwrap_or(defaults.rate_per_second),
-                1,
-                1_000_000,
-            )?,
-            rate_burst: in_range("server.rate_burst", s.rate_burst.unwrap_or(defaults.rate_burst), 1, 1_000_000)?,
+            max_in_flight: count("server.max_in_flight", s.max_in_flight, defaults.max_in_flight)?,
+            rate_per_second: count("server.rate_per_second", s.rate_per_second, defaults.rate_per_second)?,
+            rate_burst: count("server.rate_burst", s.rate_burst, defaults.rate_burst)?,
             anonymous_max_in_flight: 0,
-            anonymous_rate_per_second: in_range(
+            anonymous_rate_per_second: count(
                 "server.anonymous_rate_per_second",
-                s.anonymous_rate_per_second.unwrap_or(defaults.anonymous_rate_per_second),
-                1,
-                1_000_000,
+                s.anonymous_rate_per_second,
+                defaults.anonymous_rate_per_second,
             )?,
-            anonymous_rate_burst: in_range(
+            anonymous_rate_burst: count(
                 "server.anonymous_rate_burst",
-                s.anonymous_rate_burst.unwrap_or(defaults.anonymous_rate_burst),
-                1,
-                1_000_000,
+                s.anonymous_rate_burst,
+                defaults.anonymous_rate_burst,
             )?,
-            failed_auth_burst: in_range(
-                "server.failed_auth_burst",
-                s.failed_auth_burst.unwrap_or(defaults.failed_auth_burst),
-                1,
-                1_000_000,
-            )?,
-            failed_auth_per_minute: in_range(
+            failed_auth_burst: count("server.failed_auth_burst", s.failed_auth_burst, defaults.failed_auth_burst)?,
+            failed_auth_per_minute: count(
                 "server.failed_auth_per_minute",
-                s.failed_auth_per_minute.unwrap_or(defaults.failed_auth_per_minute),
-                1,
-                1_000_000,
+                s.failed_auth_per_minute,
+                defaults.failed_auth_per_minute,
             )?,
             forwarded_for: s.forwarded_for.unwrap_or(defaults.forwarded_for),
         };
