@@ -451,8 +451,9 @@ async fn preference_is_encrypted_and_never_answered() {
         })
         .times(1)
         .returning(|_, _, _| Ok(b"ciphertext".to_vec()));
-    // Nothing stored yet, so the destination is new.
+    // Nothing stored yet, so the destination is new, and no channel found it gone.
     mocks.prefs.expect_destination().times(1).returning(|_, _| Ok(None));
+    mocks.prefs.expect_destination_expired().returning(|_, _| Ok(false));
     mocks
         .prefs
         .expect_put()
