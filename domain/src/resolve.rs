@@ -67,15 +67,7 @@ impl FinalState {
     }
 }
 
-impl std::str::FromStr for FinalState {
-    type Err = crate::task::UnknownCode;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        FinalState::ALL
-            .into_iter()
-            .find(|f| f.as_str() == s)
-            .ok_or_else(|| crate::task::UnknownCode { kind: "final state", value: s.to_owned() })
-    }
-}
+crate::task::code!(FinalState, "final state");
 
 /// Which manual decision a manual attempt row records, if it is one.
 #[must_use]

@@ -6,9 +6,6 @@
 //! accepted (an admin token removed from the configuration, a user-token key retired). The caller says
 //! whether the credential is still accepted — that is configuration, not data — and this module decides.
 
-use std::fmt;
-use std::str::FromStr;
-
 use crate::time::{Millis, Timestamp};
 
 /// How long sessions may live and idle.
@@ -84,23 +81,7 @@ impl SessionEnd {
     }
 }
 
-impl fmt::Display for SessionEnd {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A stored code that names no [`SessionEnd`].
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown session end `{0}`")]
-pub struct UnknownSessionEnd(pub String);
-
-impl FromStr for SessionEnd {
-    type Err = UnknownSessionEnd;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        SessionEnd::ALL.into_iter().find(|end| end.as_str() == s).ok_or_else(|| UnknownSessionEnd(s.to_owned()))
-    }
-}
+crate::task::code!(SessionEnd, "session end");
 
 /// The times of a session that decide whether it stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,9 +1,6 @@
 //! The task's states, the actions a claim can take, what an attempt can observe, and the snapshot of a
 //! task that decisions are made on.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
 use crate::time::{Millis, Timestamp};
@@ -65,21 +62,30 @@ pub struct UnknownCode {
     pub value: String,
 }
 
-impl FromStr for TaskState {
-    type Err = UnknownCode;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        TaskState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| UnknownCode { kind: "state", value: s.to_owned() })
-    }
-}
+/// `FromStr` (by the code, among `ALL`) and `Display` (the code) of an enum of stored codes with
+/// `ALL: [Self; N]` and `as_str(self)`; a text that names none is an [`UnknownCode`] of `kind`.
+macro_rules! code {
+    ($ty:ty, $kind:literal) => {
+        impl ::std::str::FromStr for $ty {
+            type Err = $crate::task::UnknownCode;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                <$ty>::ALL
+                    .into_iter()
+                    .find(|code| code.as_str() == s)
+                    .ok_or_else(|| $crate::task::UnknownCode { kind: $kind, value: s.to_owned() })
+            }
+        }
 
-impl fmt::Display for TaskState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+        impl ::std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
 }
+pub(crate) use code;
+
+code!(TaskState, "state");
 
 /// What a claimed attempt does with the channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -90,6 +96,8 @@ pub enum Action {
 }
 
 impl Action {
+    pub const ALL: [Action; 2] = [Action::Send, Action::Query];
+
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -99,22 +107,7 @@ impl Action {
     }
 }
 
-impl FromStr for Action {
-    type Err = UnknownCode;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "SEND" => Ok(Action::Send),
-            "QUERY" => Ok(Action::Query),
-            _ => Err(UnknownCode { kind: "action", value: s.to_owned() }),
-        }
-    }
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+code!(Action, "action");
 
 /// What one attempt observed, as stored in `delivery_attempt.outcome` (SPEC §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -200,21 +193,7 @@ impl Outcome {
     }
 }
 
-impl FromStr for Outcome {
-    type Err = UnknownCode;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Outcome::ALL
-            .into_iter()
-            .find(|outcome| outcome.as_str() == s)
-            .ok_or_else(|| UnknownCode { kind: "outcome", value: s.to_owned() })
-    }
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+code!(Outcome, "outcome");
 
 /// What a channel adapter reports about one call, with the data that goes with it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
