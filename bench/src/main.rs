@@ -7,8 +7,14 @@
 //!
 //! ```text
 //! herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] [--history TASKS] [--profile NAME]
+//! herald-bench --account [NOTIFICATIONS]
 //! ```
+//!
+//! `--account` runs only the write account (src/account.rs): what one notification with one channel writes
+//! in PostgreSQL at submit, claim and finish, through Herald's own store; best on a server of its own that
+//! loads `pg_stat_statements`.
 
+mod account;
 mod cpu;
 mod herald;
 mod peers;
@@ -193,6 +199,21 @@ async fn drop_database(admin: &PgPool, name: &str) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--account") {
+        let notifications = match args.get(1) {
+            Some(n) => n.parse().context("--account takes a number of notifications")?,
+            None => 4_000,
+        };
+        let admin_url = std::env::var("DATABASE_URL").context("DATABASE_URL (the server to account on)")?;
+        let admin = PgPoolOptions::new().max_connections(2).connect(&admin_url).await?;
+        let report = account::run(&admin, &admin_url, notifications).await?;
+        println!("{report}");
+        let workdir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("bench");
+        std::fs::create_dir_all(&workdir)?;
+        std::fs::write(workdir.join("ACCOUNT.md"), &report)?;
+        return Ok(());
+    }
     let Options { plan, herald: herald_bin, apalis, root } = options()?;
     let admin_url = std::env::var("DATABASE_URL").context("DATABASE_URL (scripts/bench.sh sets it)")?;
     let admin = PgPoolOptions::new().max_connections(2).connect(&admin_url).await?;
