@@ -1,8 +1,8 @@
 //! The invariants of the tables the database derives from `delivery_task` by triggers: the task tally's
 //! (migration `0010`: the gauges' sums equal an exact count of `delivery_task`) and the claim queue's
 //! (migration `0012`: one `task_queue` row per scheduled task, with its channel and due time); and the
-//! one Herald's statements keep by construction since migration `0016` dropped its foreign key: every
-//! attempt belongs to a stored task. Checked by `tests/it/tally.rs`, after every step of the model test,
+//! ones Herald's statements keep by construction since migrations `0016` and `0018` dropped their foreign
+//! keys: every attempt belongs to a stored task, every inbox item and task to a stored notification. Checked by `tests/it/tally.rs`, after every step of the model test,
 //! and at the end of the soak.
 
 use herald_postgres::PARKED;
@@ -104,8 +104,34 @@ pub async fn attempts_without_task(pool: &PgPool) -> anyhow::Result<Vec<String>>
     Ok(rows.into_iter().map(|(user, task, no)| format!("attempt {no} of task {user}/{task}: no such task")).collect())
 }
 
-/// [`tally_differences`], [`queue_differences`] and [`attempts_without_task`] together: every table kept
-/// in step with the tasks, against the tasks.
+/// The inbox items and tasks whose notification is not stored, one line each (empty when the invariant
+/// holds). No foreign key checks this since migration `0018`: the statements that write them insert them
+/// with their notification. Reads every inbox item and task.
+///
+/// # Errors
+/// Database failures.
+pub async fn rows_without_notification(pool: &PgPool) -> anyhow::Result<Vec<String>> {
+    let rows: Vec<(String, String, i64, i64)> = sqlx::query_as(
+        "SELECT 'inbox item', i.user_id, i.notification_id, 0::bigint FROM inbox_item i \
+         WHERE NOT EXISTS (SELECT 1 FROM notification n WHERE n.user_id = i.user_id AND n.id = i.notification_id) \
+         UNION ALL \
+         SELECT 'task', t.user_id, t.notification_id, t.id FROM delivery_task t \
+         WHERE NOT EXISTS (SELECT 1 FROM notification n WHERE n.user_id = t.user_id AND n.id = t.notification_id) \
+         ORDER BY 1, 2, 3, 4",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(kind, user, notification, task)| match kind.as_str() {
+            "task" => format!("task {user}/{task}: no notification {user}/{notification}"),
+            _ => format!("inbox item {user}/{notification}: no such notification"),
+        })
+        .collect())
+}
+
+/// [`tally_differences`], [`queue_differences`], [`attempts_without_task`] and [`rows_without_notification`]
+/// together: every table kept in step with the tasks, against the tasks.
 ///
 /// # Errors
 /// Database failures.
@@ -113,6 +139,7 @@ pub async fn derived_differences(pool: &PgPool) -> anyhow::Result<Vec<String>> {
     let mut differences = tally_differences(pool).await?;
     differences.extend(queue_differences(pool).await?);
     differences.extend(attempts_without_task(pool).await?);
+    differences.extend(rows_without_notification(pool).await?);
     Ok(differences)
 }
 

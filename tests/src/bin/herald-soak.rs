@@ -1164,6 +1164,7 @@ struct Report {
     tally_differences: Vec<String>,
     queue_differences: Vec<String>,
     attempts_without_task: Vec<String>,
+    rows_without_notification: Vec<String>,
 }
 
 /// [`frozen_between_check_and_send`] for an `sms` task (queryable, no key: the stand-in's requests carry
@@ -1248,6 +1249,7 @@ async fn build_ledger(
     report.queue_differences = herald_tests::tally::queue_differences(pool).await?;
     // No foreign key checks it (migration 0016): the statements that write attempts keep it.
     report.attempts_without_task = herald_tests::tally::attempts_without_task(pool).await?;
+    report.rows_without_notification = herald_tests::tally::rows_without_notification(pool).await?;
     report.digests_waiting = sqlx::query_scalar(
         "SELECT count(*) FROM delivery_task WHERE digest_count IS NOT NULL AND state = 'PENDING' \
          AND next_attempt_at > now() + interval '10 minutes'",
@@ -1605,6 +1607,13 @@ fn print_ledger(report: &Report, ledger: &Ledger, faults: &Faults, standins: &St
     check("claim queue: tasks whose queue row differs from their schedule", v, ok, &report.queue_differences);
     let (v, ok) = count(&report.attempts_without_task);
     check("attempts: attempt rows whose task is not stored", v, ok, &report.attempts_without_task);
+    let (v, ok) = count(&report.rows_without_notification);
+    check(
+        "notifications: inbox items and tasks whose notification is not stored",
+        v,
+        ok,
+        &report.rows_without_notification,
+    );
     let min_gap = report.egress_min_gap.map_or("-".to_owned(), |g| format!("{} ms", g.as_millis()));
     check(
         &format!("egress interval: gaps between slow sends >= {} ms (min gap)", SLOW_INTERVAL.as_millis()),

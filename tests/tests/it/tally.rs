@@ -15,7 +15,7 @@ use herald_ports::store::NewNotification;
 use herald_standin::Script;
 use herald_tests::tally::{
     attempts_without_task, derived_differences, exact_task_counts, gauge_differences, groups, queue_differences,
-    tally_differences, tally_rows,
+    rows_without_notification, tally_differences, tally_rows,
 };
 use herald_tests::{ClockMode, World};
 
@@ -216,6 +216,42 @@ async fn every_attempt_belongs_to_a_stored_task() {
         vec![format!("attempt 1 of task ann/{missing}: no such task")]
     );
     assert_eq!(derived_differences(pool).await.expect("compare").len(), 1);
+}
+
+/// Every inbox item and every task belongs to a stored notification after Herald's writes of every kind
+/// (the same workload, and an event's submission). No foreign key holds this since migration `0018`;
+/// Herald's statements insert them with their notification. Negative control: the database now accepts an
+/// inbox item and a task of a notification that does not exist, and the same comparison names both.
+#[tokio::test]
+async fn every_inbox_item_and_task_belongs_to_a_stored_notification() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    mixed_workload(&world).await;
+    let pool = world.store.pool();
+    assert!(world.db.count("SELECT count(*) FROM delivery_task").await.expect("count") > 0);
+    assert_eq!(rows_without_notification(pool).await.expect("compare"), Vec::<String>::new(), "after the workload");
+
+    let missing: i64 = world.db.count("SELECT coalesce(max(id), 0) + 1000 FROM notification").await.expect("id");
+    sqlx::query("INSERT INTO inbox_item (user_id, notification_id, created_at) VALUES ('ann', $1, now())")
+        .bind(missing)
+        .execute(pool)
+        .await
+        .expect("an inbox item without its notification is not refused by the database");
+    let task: i64 = sqlx::query_scalar(
+        "INSERT INTO delivery_task (user_id, notification_id, channel, state, max_attempts, created_at, updated_at) \
+         VALUES ('ann', $1, 'push', 'FAILED', 1, now(), now()) RETURNING id",
+    )
+    .bind(missing)
+    .fetch_one(pool)
+    .await
+    .expect("a task without its notification is not refused by the database");
+    assert_eq!(
+        rows_without_notification(pool).await.expect("compare"),
+        vec![
+            format!("inbox item ann/{missing}: no such notification"),
+            format!("task ann/{task}: no notification ann/{missing}")
+        ]
+    );
+    assert_eq!(derived_differences(pool).await.expect("compare").len(), 2);
 }
 
 /// The gauges' read compacts by itself once the tally has grown, so no other job is needed.
