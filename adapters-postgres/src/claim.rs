@@ -147,23 +147,15 @@ const CLAIM_TAIL: &str = claim_tail!(lock_queue!(), lock_task!());
 /// its limit estimated a tenth of the queue, which is how the claims went wrong when they were made to
 /// plan generically: docs/BENCHMARKS.md). `$3` is still bound, and unused. A worker claims batches of a
 /// few sizes (its batch, and what is free of its concurrency), so a connection keeps a few texts.
-pub(crate) fn claim_text(limit: u32) -> String {
+#[must_use]
+pub fn claim_text(limit: u32) -> String {
     format!("{CLAIM_HEAD}{limit}{CLAIM_TAIL}")
 }
 
-/// Writes every decision of a batch at once: one `UPDATE … FROM unnest` of the task rows, and the
-/// attempt rows (claim-time decisions and calls) inserted from what that update returned, so each
-/// attempt number and token is the one its task row now holds. Counters are bumped by the statement
-/// itself rather than set from the values read earlier, so the rows stay consistent even for the
-/// unlocked negative-control claim.
-///
-/// The arrays reach `unnest` through a one-row materialized CTE, so no plan sees how long they are:
-/// every plan, made for the parameters or not, estimates ten rows. Unnested directly, a plan made for a
-/// batch of two or three rows looks cheaper than the generic one (ten rows), and PostgreSQL would plan
-/// the statement again on every claim; with equal estimates it keeps the generic plan after its first
-/// five runs. That plan finds each row by its key whatever the batch size, and a plan generation
-/// ([`plan_generation`]) replaces one made while the tables were small.
-const WRITE_DECISIONS: &str = "WITH arrays AS MATERIALIZED ( \
+/// The `WITH` part of [`WRITE_DECISIONS`] (a macro, so that `concat!` can use it).
+macro_rules! write_decisions_with {
+    () => {
+        "WITH arrays AS MATERIALIZED ( \
        SELECT $1::text[] AS user_id, $2::bigint[] AS id, $3::text[] AS state, $4::bool[] AS hold, \
          $5::timestamptz[] AS next_at, $6::int[] AS d_count, $7::int[] AS d_no, $8::bool[] AS uncertain, \
          $9::timestamptz[] AS since, $10::bool[] AS review, $11::text[] AS msg, $12::bool[] AS set_error, \
@@ -192,8 +184,31 @@ const WRITE_DECISIONS: &str = "WITH arrays AS MATERIALIZED ( \
        SELECT h.user_id, h.id, h.last_attempt_no, COALESCE(h.attempt_token, herald_uuid_v7()), u.action, \
          CASE WHEN u.hold THEN $16 END, u.outcome, $17, CASE WHEN u.hold THEN NULL ELSE $17 END \
        FROM held h JOIN u ON u.user_id = h.user_id AND u.id = h.id \
-       WHERE u.d_no > 0) \
-     SELECT id, attempt_token, attempt_count, last_attempt_no FROM held WHERE attempt_token IS NOT NULL";
+       WHERE u.d_no > 0)"
+    };
+}
+
+/// Writes every decision of a batch at once: one `UPDATE … FROM unnest` of the task rows, and the
+/// attempt rows (claim-time decisions and calls) inserted from what that update returned, so each
+/// attempt number and token is the one its task row now holds. Counters are bumped by the statement
+/// itself rather than set from the values read earlier, so the rows stay consistent even for the
+/// unlocked negative-control claim.
+///
+/// The arrays reach `unnest` through a one-row materialized CTE, so no plan sees how long they are:
+/// every plan, made for the parameters or not, estimates ten rows. Unnested directly, a plan made for a
+/// batch of two or three rows looks cheaper than the generic one (ten rows), and PostgreSQL would plan
+/// the statement again on every claim; with equal estimates it keeps the generic plan after its first
+/// five runs. That plan finds each row by its key whatever the batch size, and a plan generation
+/// ([`plan_generation`]) replaces one made while the tables were small.
+const WRITE_DECISIONS: &str = concat!(
+    write_decisions_with!(),
+    " SELECT id, attempt_token, attempt_count, last_attempt_no FROM held WHERE attempt_token IS NOT NULL"
+);
+
+/// [`WRITE_DECISIONS`] up to its final `SELECT`: the `WITH` part, whose `held` holds every task row written
+/// (`user_id`, `id`, `attempt_token`, `attempt_count`, `last_attempt_no`). The benchmark's pgbench script
+/// follows it with a `SELECT` of its own.
+pub const WRITE_DECISIONS_WITH: &str = write_decisions_with!();
 
 /// One claim transaction: lock up to `limit` runnable rows, decide over all of them, store every
 /// decision together, commit. A constant number of statements whatever the batch size: the claim

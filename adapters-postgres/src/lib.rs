@@ -37,7 +37,7 @@ mod views;
 #[cfg(feature = "negative-controls")]
 pub mod negative;
 
-pub use claim::{plan_generation, CLAIM_QUERY};
+pub use claim::{claim_text, plan_generation, CLAIM_QUERY, WRITE_DECISIONS_WITH};
 pub use clock::PgClock;
 pub use finish::FINISH_BATCH_QUERY;
 pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};

@@ -8,16 +8,19 @@
 //! ```text
 //! herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] [--history TASKS] [--profile NAME]
 //! herald-bench --account [NOTIFICATIONS]
+//! herald-bench --pgbench-script
 //! ```
 //!
 //! `--account` runs only the write account (src/account.rs): what one notification with one channel writes
 //! in PostgreSQL at submit, claim and finish, through Herald's own store; best on a server of its own that
-//! loads `pg_stat_statements`.
+//! loads `pg_stat_statements`. `--pgbench-script` prints the pgbench script of Herald's SQL that the run
+//! makes from the statements the store runs (src/pgbench.rs).
 
 mod account;
 mod cpu;
 mod herald;
 mod peers;
+mod pgbench;
 mod report;
 mod wal;
 
@@ -32,6 +35,9 @@ use sqlx::PgPool;
 use crate::herald::{Herald, Sizing};
 use crate::peers::Peers;
 use crate::report::{Figures, Machine};
+
+/// The batch of the pgbench script of Herald's SQL, as the drains' workers claim.
+const PGBENCH_BATCH: u32 = 32;
 
 /// The run's sizes.
 #[derive(Clone, Debug)]
@@ -200,6 +206,10 @@ async fn drop_database(admin: &PgPool, name: &str) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--pgbench-script") {
+        print!("{}", pgbench::script(PGBENCH_BATCH)?);
+        return Ok(());
+    }
     if args.first().map(String::as_str) == Some("--account") {
         let notifications = match args.get(1) {
             Some(n) => n.parse().context("--account takes a number of notifications")?,
@@ -238,10 +248,12 @@ async fn main() -> anyhow::Result<()> {
     let tag = std::process::id();
 
     // ---------------------------------------------------------------- peers, each in its own database
+    let pgbench_script = workdir.join("claim_finish.sql");
+    std::fs::write(&pgbench_script, pgbench::script(PGBENCH_BATCH)?)?;
     let peers = Peers {
         node_dir: root.join("bench").join("node"),
         apalis,
-        pgbench_script: root.join("bench").join("pgbench").join("claim_finish.sql"),
+        pgbench_script,
         herald: herald_bin.clone(),
         workdir: workdir.clone(),
     };
@@ -320,8 +332,7 @@ async fn run_peers(
     {
         let name = format!("bench_pgbench_{tag}");
         let (url, pool) = database(admin, admin_url, &name).await?;
-        let (d, dry) =
-            peers.pgbench(&url, &pool, plan.pgbench_tasks, plan.pgbench_clients, 32, plan.pgbench_secs).await?;
+        let (d, dry) = peers.pgbench(&url, &pool, plan.pgbench_tasks, plan.pgbench_clients, plan.pgbench_secs).await?;
         say(format!(
             "pgbench, Herald's claim + finish: {} tasks in {:.2} s, {:.0} tasks/s{}",
             d.tasks,

@@ -1,6 +1,6 @@
 //! The peers, each against its own database on the same server: graphile-worker and pg-boss (Node.js,
 //! bench/node), apalis-postgres (bench/apalis) and pgbench running Herald's own statements
-//! (bench/pgbench/claim_finish.sql). Every peer drains no-op jobs, says `draining` when its clock starts
+//! (made by src/pgbench.rs from the statements the store runs). Every peer drains no-op jobs, says `draining` when its clock starts
 //! and reports `drained N jobs in S s`.
 
 use std::path::{Path, PathBuf};
@@ -91,7 +91,6 @@ impl Peers {
         pool: &PgPool,
         tasks: u64,
         clients: usize,
-        batch: usize,
         secs: u64,
     ) -> anyhow::Result<(Drain, bool)> {
         let status = Command::new(&self.herald)
@@ -110,8 +109,6 @@ impl Peers {
             .arg(clients.to_string())
             .arg("-T")
             .arg(secs.to_string())
-            .arg("-D")
-            .arg(format!("batch={batch}"))
             .arg("-f")
             .arg(&self.pgbench_script)
             .arg(url)

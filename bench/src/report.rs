@@ -365,7 +365,8 @@ fn commands(plan: &Plan) -> String {
          node bench/node/graphile.mjs URL JOBS 32 500     # concurrency 32, local queue 500, completeJobBatchDelay 0\n\
          node bench/node/pgboss.mjs URL JOBS 4 500        # 4 work() loops, batchSize 500, polling 0.5 s\n\
          target/bench-apalis/{profile}/apalis-bench URL JOBS 100 64\n\
-         pgbench -n -M prepared -j 2 -c {clients} -T {secs} -D batch=32 -f bench/pgbench/claim_finish.sql URL\n\
+         target/{profile}/herald-bench --pgbench-script > claim_finish.sql   # made from the statements the store runs\n\
+         pgbench -n -M prepared -j 2 -c {clients} -T {secs} -f claim_finish.sql URL\n\
          ```\n",
         profile = plan.profile,
         clients = plan.pgbench_clients,
@@ -461,8 +462,9 @@ pub fn benchmarks_md(plan: &Plan, m: &Machine, f: &Figures) -> String {
          server, inserted in bulk before the clock starts; the clock stops when the database shows them all \
          completed. graphile-worker 0.17.3 and pg-boss 10.4.2 from npm (`bench/node`, pinned by \
          package-lock.json), apalis-postgres 1.0.0 (`bench/apalis`).\n\
-         * **pgbench**: Herald's own statements (`bench/pgbench/claim_finish.sql`: the claim query and the \
-         batch's write in one transaction, then one batched fenced finish) over {ptasks} PENDING tasks in \
+         * **pgbench**: Herald's own statements (made by `herald-bench` from the texts the store runs, \
+         `herald-bench --pgbench-script` prints them: the claim query and the batch's write in one transaction, \
+         then one batched fenced finish, batch 32) over {ptasks} PENDING tasks in \
          Herald's schema, {pclients} clients for {psecs} s: the database's limit for this shape of work, with \
          no Rust, HTTP or stand-in in the way.\n\
          * **CPU per task** (per job for the peers): user + system time from `/proc/PID/stat` over the phase, \
