@@ -56,6 +56,8 @@ pub struct Phase {
     pub functions: BTreeMap<String, i64>,
     /// Statements, largest time first; empty without `pg_stat_statements`.
     pub statements: Vec<Statement>,
+    /// Relations and their bytes after the last phase and a `VACUUM` (the last phase only).
+    pub sizes: Vec<(String, i64)>,
 }
 
 /// One statement's figures over a phase (`pg_stat_statements`).
@@ -78,10 +80,10 @@ type StatementRow = (String, i64, i64, i64, f64, f64, f64, bool);
 ///
 /// # Errors
 /// When the database cannot be made or a phase fails.
-pub async fn run(admin: &PgPool, admin_url: &str, notifications: u64) -> anyhow::Result<String> {
+pub async fn run(admin: &PgPool, admin_url: &str, notifications: u64, setup: Option<&str>) -> anyhow::Result<String> {
     let name = format!("bench_account_{}", std::process::id());
     let (url, pool) = crate::database(admin, admin_url, &name).await?;
-    let outcome = account(&pool, &url, &name, notifications).await;
+    let outcome = account(&pool, &url, &name, notifications, setup).await;
     pool.close().await;
     crate::drop_database(admin, &name).await;
     let phases = outcome?;
@@ -105,11 +107,20 @@ fn channels() -> ChannelTable {
     ChannelTable(vec![(ChannelName::from("push"), rules)])
 }
 
-async fn account(pool: &PgPool, url: &str, name: &str, notifications: u64) -> anyhow::Result<Vec<Phase>> {
+async fn account(
+    pool: &PgPool,
+    url: &str,
+    name: &str,
+    notifications: u64,
+    setup: Option<&str>,
+) -> anyhow::Result<Vec<Phase>> {
     sqlx::query(&format!("ALTER DATABASE {name} SET track_functions = 'pl'")).execute(pool).await?;
     let store = PgStore::connect(url, 2).await?;
     store.migrate().await?;
     store.pool().close().await;
+    if let Some(setup) = setup {
+        sqlx::raw_sql(setup).execute(pool).await.context("the account's --setup SQL")?;
+    }
     ensure!(
         sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_walinspect").execute(pool).await.is_ok(),
         "the account needs pg_walinspect (PostgreSQL 15 or later, with its contrib modules)"
@@ -256,6 +267,18 @@ async fn account(pool: &PgPool, url: &str, name: &str, notifications: u64) -> an
     let sent: i64 =
         sqlx::query_scalar("SELECT count(*) FROM delivery_task WHERE state = 'SENT'").fetch_one(pool).await?;
     ensure!(u64::try_from(sent)? == notifications, "{sent} of {notifications} tasks SENT");
+    // What the rows take once vacuumed, as an installation keeps them.
+    sqlx::query("VACUUM").execute(pool).await?;
+    let sizes: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT c.relname::text, pg_relation_size(c.oid) FROM pg_class c \
+         WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'i') AND pg_relation_size(c.oid) > 8192 \
+         ORDER BY 2 DESC",
+    )
+    .fetch_all(pool)
+    .await?;
+    if let Some(last) = phases.last_mut() {
+        last.sizes = sizes;
+    }
     Ok(phases)
 }
 
@@ -396,6 +419,7 @@ where
         tables,
         functions,
         statements,
+        sizes: Vec::new(),
     })
 }
 
@@ -435,6 +459,11 @@ pub fn report(phases: &[Phase]) -> String {
             records as f64 / n,
             p.postgres_cpu * 1000.0 / n
         );
+    }
+    if let Some(last) = phases.last().filter(|p| !p.sizes.is_empty()) {
+        let sizes: Vec<String> =
+            last.sizes.iter().map(|(relation, bytes)| format!("`{relation}` {:.0}", *bytes as f64 / n)).collect();
+        let _ = writeln!(out, "\nBytes per notification once delivered and vacuumed: {}.", sizes.join(", "));
     }
     for p in phases {
         let _ = writeln!(out, "\n### {} ({:.2} s)\n", p.name, p.secs);

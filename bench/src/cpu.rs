@@ -2,6 +2,7 @@
 //! drain's time goes — PostgreSQL, Herald's processes, this harness with its stand-ins, the rest.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
 /// `/proc` counts CPU time in USER_HZ ticks, 100 per second on Linux whatever the kernel's own HZ.
 const TICKS_PER_SEC: f64 = 100.0;
@@ -15,8 +16,24 @@ pub struct Snapshot {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Ticks {
     comm: String,
+    ppid: u32,
     own: u64,
     reaped: u64,
+}
+
+/// The postmaster of the server under test, once known ([`measure_server`]): only it and its children
+/// count as PostgreSQL, so the backends of another server on the machine (other people's tests) count as
+/// other processes.
+static POSTMASTER: OnceLock<u32> = OnceLock::new();
+
+/// Counts as PostgreSQL only the server whose backend is `backend_pid` (a connection's
+/// `pg_backend_pid()`): its postmaster, read from `/proc`, and the postmaster's children. Without it every
+/// process named `postgres` counts.
+pub fn measure_server(backend_pid: u32) {
+    let parent = std::fs::read_to_string(format!("/proc/{backend_pid}/stat")).ok().and_then(|s| parse_stat(&s));
+    if let Some(parent) = parent {
+        let _ = POSTMASTER.set(parent.ppid);
+    }
 }
 
 /// Reads every process's CPU time now.
@@ -43,11 +60,12 @@ fn parse_stat(stat: &str) -> Option<Ticks> {
     let comm = stat.get(open + 1..close)?.to_owned();
     let fields: Vec<&str> = stat.get(close + 2..)?.split_whitespace().collect();
     // fields[0] is field 3 (state), so field N is fields[N - 3].
+    let ppid: u32 = fields.get(1)?.parse().ok()?;
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     let cutime: u64 = fields.get(13)?.parse().ok()?;
     let cstime: u64 = fields.get(14)?.parse().ok()?;
-    Some(Ticks { comm, own: utime + stime, reaped: cutime + cstime })
+    Some(Ticks { comm, ppid, own: utime + stime, reaped: cutime + cstime })
 }
 
 /// CPU seconds by part between two snapshots.
@@ -100,8 +118,11 @@ impl Split {
 #[must_use]
 pub fn split(before: &Snapshot, after: &Snapshot, subject_pids: &HashSet<u32>, subject_comm: &str) -> Split {
     let me = std::process::id();
+    let postmaster = POSTMASTER.get().copied();
+    let ppid_of = |pid: u32| after.by_pid.get(&pid).or_else(|| before.by_pid.get(&pid)).map_or(0, |t| t.ppid);
     let part = |pid: u32, comm: &str| {
-        if comm == "postgres" {
+        let ours = postmaster.is_none_or(|p| pid == p || ppid_of(pid) == p);
+        if comm == "postgres" && ours {
             Part::Postgres
         } else if subject_pids.contains(&pid) || (!subject_comm.is_empty() && comm == subject_comm) {
             Part::Subject
@@ -146,7 +167,7 @@ mod tests {
     #[test]
     fn a_stat_line_gives_its_command_and_cpu_ticks() {
         let line = "4242 (tokio (rt) x) S 1 2 3 4 5 6 7 8 9 10 120 30 0 0 20 0 8 0 100 0 0";
-        assert_eq!(parse_stat(line), Some(Ticks { comm: "tokio (rt) x".to_owned(), own: 150, reaped: 0 }));
+        assert_eq!(parse_stat(line), Some(Ticks { comm: "tokio (rt) x".to_owned(), ppid: 1, own: 150, reaped: 0 }));
         assert_eq!(parse_stat("garbage"), None);
     }
 
@@ -154,7 +175,7 @@ mod tests {
         Snapshot {
             by_pid: processes
                 .iter()
-                .map(|&(pid, comm, own, reaped)| (pid, Ticks { comm: comm.to_owned(), own, reaped }))
+                .map(|&(pid, comm, own, reaped)| (pid, Ticks { comm: comm.to_owned(), ppid: 0, own, reaped }))
                 .collect(),
         }
     }

@@ -190,6 +190,23 @@ impl Drain {
     }
 }
 
+/// What the submit phase measured.
+#[derive(Clone, Debug)]
+pub struct Submit {
+    pub notifications: u64,
+    pub secs: f64,
+    /// Where the machine's CPU went meanwhile (the subject: `herald serve`).
+    pub cpu: Split,
+    /// The WAL written meanwhile (the whole server's).
+    pub wal: wal::Use,
+}
+
+impl Submit {
+    pub fn rate(&self) -> f64 {
+        self.notifications as f64 / self.secs
+    }
+}
+
 /// The latency of submit → call at the stand-in, in ms.
 #[derive(Clone, Copy, Debug)]
 pub struct Latency {
@@ -287,15 +304,15 @@ impl Herald {
         Ok(pid)
     }
 
-    /// `herald serve`, once it answers `/healthz`.
-    pub async fn serve(&mut self, env: &[(String, String)]) -> anyhow::Result<()> {
-        self.spawn("serve", env)?;
+    /// `herald serve`, once it answers `/healthz`; its pid.
+    pub async fn serve(&mut self, env: &[(String, String)]) -> anyhow::Result<u32> {
+        let pid = self.spawn("serve", env)?;
         let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(r) = client.get(format!("{}/healthz", self.api)).send().await {
                 if r.status().is_success() {
-                    return Ok(());
+                    return Ok(pid);
                 }
             }
             self.check_alive()?;
@@ -487,9 +504,9 @@ impl Herald {
 
     /// Submit throughput through the HTTP API: `clients` concurrent clients for `secs`, each notification
     /// with a task on push and sms. The workers of `herald serve` claim nothing meanwhile (both channels'
-    /// egress is held by a long interval), so the API alone is measured. Returns notifications per second;
-    /// the backlog is drained afterwards by `sizing`'s workers (not measured).
-    pub async fn submit(&mut self, clients: usize, secs: f64, sizing: Sizing) -> anyhow::Result<f64> {
+    /// egress is held by a long interval), so the API alone is measured, with the CPU of every process and
+    /// the WAL written meanwhile. The backlog is drained afterwards by `sizing`'s workers (not measured).
+    pub async fn submit(&mut self, clients: usize, secs: f64, sizing: Sizing) -> anyhow::Result<Submit> {
         self.vacuum_queue().await?;
         sqlx::query(
             "INSERT INTO channel_egress (channel, last_call_at) VALUES ('push', now()), ('sms', now()) \
@@ -501,19 +518,22 @@ impl Herald {
             ("HERALD__CHANNEL__PUSH__MIN_INTERVAL_MS".to_owned(), "3600000".to_owned()),
             ("HERALD__CHANNEL__SMS__MIN_INTERVAL_MS".to_owned(), "3600000".to_owned()),
         ];
-        self.serve(&hold).await?;
+        let pid = self.serve(&hold).await?;
         let first = self.next_task_id().await?;
         let tag = format!("submit-{}", self.started);
-        let started = Instant::now();
+        let start = wal::mark(&self.pool).await?;
+        let (before, started) = (cpu::snapshot(), Instant::now());
         let total = self.closed_loop(clients, started + Duration::from_secs_f64(secs), &tag).await?;
         let secs = started.elapsed().as_secs_f64();
+        let cpu = cpu::split(&before, &cpu::snapshot(), &HashSet::from([pid]), "");
+        let wal = wal::since(&self.pool, &start, self.inspect_wal).await?;
         self.stop_all(false).await;
         // Drain what was submitted, so the next phase starts with no backlog.
         let base = self.standins.drained();
         self.workers(sizing, &[])?;
         self.wait_drained(first, total * 2, base, Duration::from_secs(900)).await?;
         self.stop_all(false).await;
-        Ok(total as f64 / secs)
+        Ok(Submit { notifications: total, secs, cpu, wal })
     }
 
     /// Updates of `delivery_task` so far, and how many of them were HOT (no index entry written), from

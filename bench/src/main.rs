@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] [--history TASKS] [--profile NAME]
-//! herald-bench --account [NOTIFICATIONS]
+//! herald-bench --account [NOTIFICATIONS [--setup SQL]]
 //! herald-bench --pgbench-script
 //! ```
 //!
@@ -60,6 +60,8 @@ pub struct Plan {
     pub random_keys: bool,
     /// Only the latency phase, at this many notifications per second (`--herald-only` runs).
     pub latency_at: Option<f64>,
+    /// Only the submit phase (`--herald-only` runs).
+    pub submit_only: bool,
     /// `VACUUM task_queue` before each of Herald's phases, standing in for the autovacuum of migration
     /// `0012` on a server that runs none; off (`--no-vacuum`, `--herald-only` runs) for the control.
     pub vacuum_queue: bool,
@@ -83,7 +85,7 @@ struct Options {
 }
 
 const USAGE: &str = "usage: herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] \
-                     [--herald-only] [--history TASKS] [--random-keys] [--no-vacuum] [--latency-at RATE] \
+                     [--herald-only] [--history TASKS] [--random-keys] [--no-vacuum] [--latency-at RATE] [--submit-only] \
                      [--profile NAME] [--command TEXT]";
 
 fn options() -> anyhow::Result<Options> {
@@ -91,6 +93,7 @@ fn options() -> anyhow::Result<Options> {
     let (mut quick, mut scaling, mut write, mut herald_only) = (false, false, false, false);
     let (mut herald, mut apalis, mut profile, mut command) = (None, None, "release".to_owned(), String::new());
     let (mut history, mut random_keys, mut latency_at, mut vacuum_queue) = (None, false, None, true);
+    let mut submit_only = false;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().cloned().context(USAGE);
@@ -101,6 +104,7 @@ fn options() -> anyhow::Result<Options> {
             "--herald-only" => herald_only = true,
             "--random-keys" => random_keys = true,
             "--no-vacuum" => vacuum_queue = false,
+            "--submit-only" => submit_only = true,
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--apalis" => apalis = Some(PathBuf::from(value()?)),
             "--profile" => profile = value()?,
@@ -126,8 +130,8 @@ fn options() -> anyhow::Result<Options> {
     if !vacuum_queue && !herald_only {
         bail!("--no-vacuum is a control for --herald-only runs: the figures of record vacuum the queue");
     }
-    if latency_at.is_some() && !herald_only {
-        bail!("--latency-at measures the latency alone: it goes with --herald-only");
+    if (latency_at.is_some() || submit_only) && !herald_only {
+        bail!("--latency-at and --submit-only measure one phase alone: they go with --herald-only");
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_path_buf();
     let mut plan = if quick {
@@ -142,6 +146,7 @@ fn options() -> anyhow::Result<Options> {
             history: 100_000,
             random_keys,
             latency_at,
+            submit_only,
             vacuum_queue,
             submit_clients: 16,
             submit_secs: 3.0,
@@ -165,6 +170,7 @@ fn options() -> anyhow::Result<Options> {
             history: 10_000_000,
             random_keys,
             latency_at,
+            submit_only,
             vacuum_queue,
             submit_clients: 32,
             submit_secs: 15.0,
@@ -185,6 +191,13 @@ fn options() -> anyhow::Result<Options> {
 
 fn say(text: impl AsRef<str>) {
     println!("bench: {}", text.as_ref());
+}
+
+/// Counts as PostgreSQL's CPU only the server of `admin` (cpu.rs): the machine may run others.
+async fn measure_server(admin: &PgPool) -> anyhow::Result<()> {
+    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(admin).await?;
+    cpu::measure_server(u32::try_from(backend)?);
+    Ok(())
 }
 
 /// A fresh database `name` on the server of `admin_url`; its URL and a pool on it.
@@ -215,9 +228,16 @@ async fn main() -> anyhow::Result<()> {
             Some(n) => n.parse().context("--account takes a number of notifications")?,
             None => 4_000,
         };
+        // An experiment: SQL run after the migrations (`--account N --setup 'ALTER TABLE …'`).
+        let setup = match (args.get(2).map(String::as_str), args.get(3)) {
+            (Some("--setup"), Some(sql)) => Some(sql.clone()),
+            (None, _) => None,
+            _ => bail!("usage: herald-bench --account [NOTIFICATIONS [--setup SQL]]"),
+        };
         let admin_url = std::env::var("DATABASE_URL").context("DATABASE_URL (the server to account on)")?;
         let admin = PgPoolOptions::new().max_connections(2).connect(&admin_url).await?;
-        let report = account::run(&admin, &admin_url, notifications).await?;
+        measure_server(&admin).await?;
+        let report = account::run(&admin, &admin_url, notifications, setup.as_deref()).await?;
         println!("{report}");
         let workdir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("bench");
         std::fs::create_dir_all(&workdir)?;
@@ -227,6 +247,7 @@ async fn main() -> anyhow::Result<()> {
     let Options { plan, herald: herald_bin, apalis, root } = options()?;
     let admin_url = std::env::var("DATABASE_URL").context("DATABASE_URL (scripts/bench.sh sets it)")?;
     let admin = PgPoolOptions::new().max_connections(2).connect(&admin_url).await?;
+    measure_server(&admin).await?;
     let workdir = root.join("target").join("bench");
     std::fs::create_dir_all(&workdir)?;
     // Two runs at once would share this directory, the workers' configuration file in it, and the
@@ -391,6 +412,10 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
         figures.latency = Some(latency(plan, herald, rate, sizing).await?);
         return Ok(());
     }
+    if plan.submit_only {
+        figures.submit = Some(submit(plan, herald, sizing).await?);
+        return Ok(());
+    }
 
     let (updates_before, hot_before) = herald.task_updates().await?;
     let d = herald.drain(plan.notifications, sizing).await?;
@@ -408,10 +433,30 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
     figures.drain = Some(d);
     figures.wal_drain = report_wal(herald, d.tasks, "empty-table drain");
 
-    let submit = herald.submit(plan.submit_clients, plan.submit_secs, sizing).await?;
-    say(format!("Herald submit through the API, {} clients: {submit:.0} notifications/s", plan.submit_clients));
-    figures.submit = Some(submit);
+    figures.submit = Some(submit(plan, herald, sizing).await?);
+    run_rest(plan, herald, figures, sizing).await
+}
 
+/// The submit phase, printed.
+async fn submit(plan: &Plan, herald: &mut Herald, sizing: Sizing) -> anyhow::Result<herald::Submit> {
+    let submit = herald.submit(plan.submit_clients, plan.submit_secs, sizing).await?;
+    let per = |secs: f64| secs * 1000.0 / submit.notifications.max(1) as f64;
+    say(format!(
+        "Herald submit through the API, {} clients: {:.0} notifications/s; CPU per submission PostgreSQL {:.3} ms, \
+         herald serve {:.3} ms, harness {:.3} ms, other {:.3} ms; {}",
+        plan.submit_clients,
+        submit.rate(),
+        per(submit.cpu.postgres),
+        per(submit.cpu.subject),
+        per(submit.cpu.harness),
+        per(submit.cpu.other),
+        submit.wal.describe(submit.notifications, "submission")
+    ));
+    Ok(submit)
+}
+
+/// Herald's phases after the submit.
+async fn run_rest(plan: &Plan, herald: &mut Herald, figures: &mut Figures, sizing: Sizing) -> anyhow::Result<()> {
     let e2e = herald.end_to_end(plan.submit_clients, plan.submit_secs, sizing).await?;
     say(format!(
         "Herald end to end, {} clients submitting while the workers deliver: {e2e:.0} notifications/s",
