@@ -536,12 +536,20 @@ impl Herald {
         Ok(Submit { notifications: total, secs, cpu, wal })
     }
 
-    /// Updates of `delivery_task` so far, and how many of them were HOT (no index entry written), from
-    /// the statistics collector. Backends report at most once a second, so read it after a pause.
-    pub async fn task_updates(&self) -> anyhow::Result<(i64, i64)> {
-        Ok(sqlx::query_as("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'delivery_task'")
-            .fetch_one(&self.pool)
-            .await?)
+    /// Updates of `delivery_task` so far and how many of them were HOT (no index entry written), then the
+    /// same of `delivery_attempt`, from the statistics collector. Backends report at most once a second,
+    /// so read it after a pause.
+    pub async fn task_updates(&self) -> anyhow::Result<[i64; 4]> {
+        let (task, task_hot, attempt, attempt_hot): (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT sum(n_tup_upd) FILTER (WHERE relname = 'delivery_task')::bigint, \
+                    sum(n_tup_hot_upd) FILTER (WHERE relname = 'delivery_task')::bigint, \
+                    sum(n_tup_upd) FILTER (WHERE relname = 'delivery_attempt')::bigint, \
+                    sum(n_tup_hot_upd) FILTER (WHERE relname = 'delivery_attempt')::bigint \
+             FROM pg_stat_user_tables WHERE relname IN ('delivery_task', 'delivery_attempt')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok([task, task_hot, attempt, attempt_hot])
     }
 
     /// `clients` clients each submitting one notification after the other until `deadline`; the count

@@ -417,12 +417,16 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
         return Ok(());
     }
 
-    let (updates_before, hot_before) = herald.task_updates().await?;
+    let before = herald.task_updates().await?;
     let d = herald.drain(plan.notifications, sizing).await?;
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    let (updates, hot) = herald.task_updates().await?;
-    figures.task_updates = Some((updates - updates_before, hot - hot_before));
-    say(format!("delivery_task updates during the drain: {} ({} HOT)", updates - updates_before, hot - hot_before));
+    let after = herald.task_updates().await?;
+    let updates = [0, 1, 2, 3].map(|i| after[i] - before[i]);
+    figures.task_updates = Some(updates);
+    say(format!(
+        "updates during the drain: delivery_task {} ({} HOT), delivery_attempt {} ({} HOT)",
+        updates[0], updates[1], updates[2], updates[3]
+    ));
     say(format!(
         "Herald drain, empty tables, {}: {} tasks in {:.2} s, {:.0}/s",
         sizing.describe(),

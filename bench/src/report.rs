@@ -86,7 +86,8 @@ pub struct Figures {
     /// Notifications per second through the whole path (submit and deliver at once).
     pub end_to_end: Option<f64>,
     /// Updates of `delivery_task` during the first drain, and how many were HOT.
-    pub task_updates: Option<(i64, i64)>,
+    /// Updates of `delivery_task` during the first drain and how many were HOT, then `delivery_attempt`'s.
+    pub task_updates: Option<[i64; 4]>,
     pub latency: Option<Latency>,
     pub rss: Option<Rss>,
     pub graphile: Option<Drain>,
@@ -217,12 +218,14 @@ pub fn table(plan: &Plan, f: &Figures) -> String {
         f.wal_history.as_ref(),
         f.drain_history,
     );
-    if let Some((updates, hot)) = f.task_updates {
+    if let Some([task, task_hot, attempt, attempt_hot]) = f.task_updates {
         let _ = writeln!(
             t,
-            "| `delivery_task` updates during the empty-table drain that were HOT (`n_tup_hot_upd`) | {} of {} | — |",
-            thousands(hot as f64),
-            thousands(updates as f64)
+            "| Updates during the empty-table drain that were HOT (`n_tup_hot_upd`) | `delivery_task` {} of {}, `delivery_attempt` {} of {} | — |",
+            thousands(task_hot as f64),
+            thousands(task as f64),
+            thousands(attempt_hot as f64),
+            thousands(attempt as f64)
         );
     }
     if let Some(s) = &f.submit {
