@@ -36,7 +36,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP API and the workers in one process.
+    /// Run the HTTP API and the workers in one process (the API alone with `--no-worker` or
+    /// `[worker] enabled = false`).
     Serve(ServiceArgs),
     /// Run only the workers (claim → call → finish), up to `worker.concurrency` calls in flight.
     Worker(ServiceArgs),
@@ -91,6 +92,10 @@ pub struct ServiceArgs {
     /// `allow_loopback_endpoints = true`, which is refused otherwise.
     #[arg(long)]
     pub stand_ins: bool,
+    /// `herald serve` only: serve the API without workers (the same as `[worker] enabled = false`);
+    /// deliveries are then made by `herald worker` processes.
+    #[arg(long)]
+    pub no_worker: bool,
 }
 
 /// `herald demo`: runs the `herald-demo` program installed beside `herald` with these arguments

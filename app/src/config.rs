@@ -160,6 +160,10 @@ impl KeysConfig {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkerSettings {
+    /// Whether `herald serve` also runs the workers (`[worker] enabled`, default true). With `false` (or
+    /// `herald serve --no-worker`) the process serves the API only and `herald worker` processes deliver,
+    /// so submission and delivery scale apart.
+    pub enabled: bool,
     /// Channel calls in flight per process (one pipelined loop keeps them going).
     pub concurrency: u32,
     pub lease_ms: u64,
@@ -359,6 +363,7 @@ struct RawUserKey {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawWorker {
+    enabled: Option<bool>,
     concurrency: Option<u32>,
     lease_ms: Option<u64>,
     batch: Option<u32>,
@@ -746,6 +751,7 @@ impl RawConfig {
 
         let w = self.worker;
         let worker = WorkerSettings {
+            enabled: w.enabled.unwrap_or(true),
             concurrency: in_range("worker.concurrency", w.concurrency.unwrap_or(DEFAULT_CONCURRENCY), 1, 1024)?,
             lease_ms: in_range("worker.lease_ms", w.lease_ms.unwrap_or(DEFAULT_LEASE_MS), 100, 86_400_000)?,
             batch: in_range("worker.batch", w.batch.unwrap_or(DEFAULT_BATCH), 1, 1000)?,

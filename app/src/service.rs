@@ -48,6 +48,21 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
     let command = if with_api { "serve" } else { "worker" };
     let migrate = args.migrate;
     crate::logging::init(&config);
+    let with_workers = match (with_api, config.worker.enabled && !args.no_worker) {
+        (true, run) => run,
+        (false, _) if args.no_worker => {
+            anyhow::bail!("`herald worker --no-worker` would run nothing: --no-worker is for `herald serve`")
+        }
+        (false, false) => {
+            return Err(crate::config::ConfigError::new(
+                "worker.enabled",
+                "is false, so `herald worker` would run nothing: remove it (it is for API-only `herald serve` \
+                 processes) or run `herald serve`",
+            )
+            .into())
+        }
+        (false, true) => true,
+    };
     crate::config::production::check_with(&config, with_api, args.stand_ins)?;
     let authenticator = if with_api {
         let auth = config.require_auth(command)?;
@@ -60,7 +75,7 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
             tracing::info!("{created}");
         }
     }
-    let (store, services) = compose::services_from_config(&config, command, true).await?;
+    let (store, services) = compose::services_from_config(&config, command, with_workers).await?;
     let metrics = crate::metrics::install()?;
     if migrate {
         store.migrate().await.context("migrations failed")?;
@@ -128,7 +143,8 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
             std::process::exit(130);
         }
     });
-    let (wake, listener_task) = crate::wakeups::start(store.clone(), stop_rx.clone()).await;
+    // New work wakes the workers (LISTEN); an API-only process has none to wake.
+    let wakeups = if with_workers { Some(crate::wakeups::start(store.clone(), stop_rx.clone()).await) } else { None };
     // The task gauges come from the database, the same in every process: `herald serve` sets them;
     // a `herald worker` that serves `/metrics` exports its own counters and keeps the exporter tidy.
     let gauges = (with_api || metrics_listener.is_some()).then(|| {
@@ -156,15 +172,21 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
 
     // One pipelined loop per process keeps up to `worker.concurrency` calls in flight.
     let mut workers = tokio::task::JoinSet::new();
-    let worker = compose::configured_worker(&services, &config.worker, "herald", 0);
-    let (stop, in_flight) = (stop_rx.clone(), config.worker.concurrency as usize);
-    workers.spawn(async move { worker.run_pipelined(in_flight, stop, Some(wake)).await });
-    tracing::info!(
-        calls_in_flight = config.worker.concurrency,
-        batch = config.worker.batch,
-        channels = config.channels.len(),
-        "worker started"
-    );
+    let mut listener_task = None;
+    if let Some((wake, listener)) = wakeups {
+        listener_task = Some(listener);
+        let worker = compose::configured_worker(&services, &config.worker, "herald", 0);
+        let (stop, in_flight) = (stop_rx.clone(), config.worker.concurrency as usize);
+        workers.spawn(async move { worker.run_pipelined(in_flight, stop, Some(wake)).await });
+        tracing::info!(
+            calls_in_flight = config.worker.concurrency,
+            batch = config.worker.batch,
+            channels = config.channels.len(),
+            "worker started"
+        );
+    } else {
+        tracing::info!("no worker in this process (--no-worker or worker.enabled = false): `herald worker` delivers");
+    }
 
     let stopping = {
         let mut stop = stop_rx.clone();
@@ -217,7 +239,9 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
     if let Some(server) = metrics_server {
         let _ = server.await;
     }
-    let _ = listener_task.await;
+    if let Some(listener) = listener_task {
+        let _ = listener.await;
+    }
     signals.abort();
     tracing::info!("stopped");
     result

@@ -145,7 +145,7 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
         | ("console", "session_hours" | "session_idle_minutes" | "sign_in_link_minutes")
         | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms")
         | ("test_send", "per_minute" | "per_day") => Type::Int,
-        ("server", "https" | "forwarded_for") => Type::Bool,
+        ("server", "https" | "forwarded_for") | ("worker", "enabled") => Type::Bool,
         ("auth", "service_tokens" | "admin_tokens" | "metrics_tokens") | ("egress", "allow_private") => Type::List,
         _ => return None,
     })

@@ -60,7 +60,14 @@ fn a_full_file_loads_with_its_values_and_defaults() {
     assert_eq!(config.database.max_connections, DEFAULT_MAX_CONNECTIONS);
     assert_eq!(
         config.worker,
-        WorkerSettings { concurrency: 4, lease_ms: 5000, batch: 16, poll_ms: 1000, metrics_listen: None }
+        WorkerSettings {
+            enabled: true,
+            concurrency: 4,
+            lease_ms: 5000,
+            batch: 16,
+            poll_ms: 1000,
+            metrics_listen: None
+        }
     );
     assert_eq!(config.channels[0].name, "push");
     assert_eq!(config.log, LogConfig { format: LogFormat::Json, level: "info".into() });
@@ -465,6 +472,10 @@ fn client_bounds_pools_and_the_metrics_listener_load_with_defaults_and_name_thei
         "both pools default to max_connections"
     );
     assert_eq!(config.worker.metrics_listen, None);
+    assert!(config.worker.enabled, "herald serve runs the workers unless told otherwise");
+    let api_only = load(&full(), &[("HERALD__WORKER__ENABLED", "false")]).expect("valid");
+    assert!(!api_only.worker.enabled);
+    refused(&full(), &[("HERALD__WORKER__ENABLED", "no")], "HERALD__WORKER__ENABLED", "true or false");
     let text = full().replace(
         "[server]\n",
         "[server]\nheader_read_timeout_ms = 2000\nrate_per_second = 5\nrate_burst = 7\nmax_in_flight = 9\n",

@@ -1,6 +1,7 @@
 //! Real `herald serve` and `herald worker` processes: the API has a pool of its own, so requests that hold
 //! every API connection do not stop deliveries, `herald worker` serves its own `/metrics`, and a
-//! `herald worker` on one runtime thread delivers and stops as the default one does.
+//! `herald worker` on one runtime thread delivers and stops as the default one does, and an API-only
+//! `herald serve` (`--no-worker`, `[worker] enabled = false`) takes submissions that `herald worker` delivers.
 
 use std::process::Stdio;
 
@@ -86,7 +87,7 @@ fn spawn(setup: &Setup, command: &str, port: u16, extra: &str, env: &[(&str, &st
     tokio::process::Command::new(herald_tests::bins::binary("herald"))
         .arg("--config")
         .arg(&config)
-        .arg(command)
+        .args(command.split_whitespace())
         .env_remove("HERALD_CONFIG")
         .envs(env.iter().copied())
         .stderr(Stdio::null())
@@ -236,5 +237,96 @@ async fn a_herald_worker_on_one_runtime_thread_delivers_and_stops_cleanly() {
         .expect("the worker stops within its lease")
         .expect("exit status");
     assert!(status.success(), "a clean stop on SIGTERM: {status}");
+    let _ = std::fs::remove_dir_all(&setup.dir);
+}
+
+/// Submission and delivery scale apart: `herald serve --no-worker` and a `herald serve` with
+/// `[worker] enabled = false` answer the API but never call a channel; the notification they took is
+/// delivered by a `herald worker` started afterwards, once. `herald worker` refuses `enabled = false`,
+/// naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_only_serve_takes_submissions_and_herald_worker_delivers_them() {
+    let setup = setup("api-only", &["hana", "ivan"]).await;
+    let submit = |port: u16, user: &'static str| async move {
+        let response = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/v1/notifications"))
+            .bearer_auth(SERVICE)
+            .json(&serde_json::json!({"user_id": user, "event_key": "order-1", "body": "b", "ttl_seconds": 600}))
+            .send()
+            .await
+            .expect("submit");
+        assert_eq!(response.status().as_u16(), 201, "the API-only process takes the submission");
+        let body: serde_json::Value = response.json().await.expect("json");
+        body["notification_id"].as_str().expect("the notification's id").to_owned()
+    };
+    let (flag_port, config_port) = (free_port(), free_port());
+    let _flagged = spawn(&setup, "serve --no-worker", flag_port, "", &[]);
+    wait_until("herald serve --no-worker to answer", || async {
+        answers(&format!("http://127.0.0.1:{flag_port}/healthz")).await.is_some()
+    })
+    .await;
+    let _configured = spawn(&setup, "serve", config_port, "enabled = false", &[]);
+    wait_until("herald serve with worker.enabled = false to answer", || async {
+        answers(&format!("http://127.0.0.1:{config_port}/healthz")).await.is_some()
+    })
+    .await;
+    let ids = [submit(flag_port, "hana").await, submit(config_port, "ivan").await];
+
+    let states = |ids: [String; 2]| {
+        let client = reqwest::Client::new();
+        async move {
+            let mut states = Vec::new();
+            for id in ids {
+                let view: serde_json::Value = client
+                    .get(format!("http://127.0.0.1:{flag_port}/v1/notifications/{id}"))
+                    .bearer_auth(SERVICE)
+                    .send()
+                    .await
+                    .expect("read")
+                    .json()
+                    .await
+                    .expect("json");
+                let tasks = view["tasks"].as_array().cloned().unwrap_or_default();
+                states.extend(tasks.iter().map(|t| t["state"].as_str().unwrap_or_default().to_owned()));
+            }
+            states
+        }
+    };
+    // Fifteen poll intervals (poll_ms = 100) with due work and no wake-up needed: a process with a worker
+    // would have delivered both (the test above shows `herald serve` delivering).
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(setup.push.requests(), 0, "an API-only process called a channel");
+    assert_eq!(states(ids.clone()).await, ["PENDING", "PENDING"], "both tasks wait for a worker");
+
+    let _worker = spawn(&setup, "worker", free_port(), "concurrency = 2", &[]);
+    wait_until("herald worker to deliver what the API-only processes took", || async {
+        states(ids.clone()).await == ["SENT", "SENT"]
+    })
+    .await;
+    assert_eq!(setup.push.requests(), 2, "one call per notification");
+
+    // `herald worker` with the switch off would run nothing: refused, naming the key.
+    let config = setup.dir.join("herald.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"{}\"\n[keys]\ncurrent = \"k1\"\nk1 = \"{KEY}\"\n[worker]\nenabled = false\n\
+             [[channel]]\nname = \"push\"\nkind = \"webhook\"\nurl = \"{}\"\ntimeout_ms = 1000\n",
+            setup.db.url,
+            setup.push.base_url()
+        ),
+    )
+    .expect("config file");
+    let refused = tokio::process::Command::new(herald_tests::bins::binary("herald"))
+        .arg("--config")
+        .arg(&config)
+        .arg("worker")
+        .env_remove("HERALD_CONFIG")
+        .output()
+        .await
+        .expect("herald worker runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "herald worker with worker.enabled = false must not start");
+    assert!(stderr.contains("worker.enabled"), "the error names the key: {stderr}");
     let _ = std::fs::remove_dir_all(&setup.dir);
 }
