@@ -41,6 +41,10 @@ pub const EMAIL_DEFAULT_SUBJECT: &str = "New notification";
 pub struct ChannelConfig {
     /// The name used in preferences and tasks.
     pub name: String,
+    /// What the console calls the channel (users' and operators' pages); absent means the `name`. Any
+    /// text up to 60 characters, without control characters.
+    #[serde(default)]
+    pub display_name: Option<String>,
     pub kind: ChannelKind,
     /// Base URL; the adapter appends its path (`/send`, `/messages`, `/trigger`). Not used by `email` (which
     /// has `host` and `port`) nor `webpush` (whose endpoint is each user's subscription).
@@ -313,6 +317,7 @@ impl ChannelConfig {
     pub fn new(name: impl Into<String>, kind: ChannelKind, url: impl Into<String>) -> Self {
         ChannelConfig {
             name: name.into(),
+            display_name: None,
             kind,
             url: url.into(),
             timeout_ms: DEFAULT_TIMEOUT_MS,
@@ -370,6 +375,11 @@ impl ChannelConfig {
             return Err(ConfigError::new(name, "name", "must consist of a-z, 0-9, `_` and `-` only"));
         }
         let err = |key: &str, reason: &str| Err(ConfigError::new(name, key, reason));
+        if let Some(shown) = &self.display_name {
+            if shown.trim().is_empty() || shown.chars().count() > 60 || shown.chars().any(char::is_control) {
+                return err("display_name", "must be 1 to 60 characters, without control characters");
+            }
+        }
         match self.kind {
             ChannelKind::Webhook | ChannelKind::Queryable | ChannelKind::Miaotixing => {
                 match reqwest::Url::parse(&self.url) {

@@ -11,12 +11,12 @@
 use chrono::{DateTime, Utc};
 use herald_domain::{
     Action, AttemptToken, ChannelName, EventKey, NotificationId, NotificationRef, TaskId, TaskSnapshot, ThreadKey,
-    UserId,
+    Timestamp, UserId,
 };
 use herald_ports::prefs::{ChannelPref, StoredDestination};
 use herald_ports::store::{
-    AttemptView, EgressSlot, InboxChannel, InboxItem, NotificationView, OutcomeCount, StoreError, TaskCount,
-    TaskSummary, TaskView,
+    AttemptView, EgressSlot, InboxChannel, InboxItem, NotificationView, OutcomeBucket, OutcomeCount, ParkedBucket,
+    StoreError, TaskCount, TaskSummary, TaskView,
 };
 use uuid::Uuid;
 
@@ -417,6 +417,37 @@ pub(crate) struct OutcomeCountRow {
     latest: DateTime<Utc>,
 }
 from_row!(OutcomeCountRow { channel, outcome, n, latest });
+
+pub(crate) struct OutcomeBucketRow {
+    start_ms: i64,
+    outcome: String,
+    n: i64,
+}
+from_row!(OutcomeBucketRow { start_ms, outcome, n });
+
+impl TryFrom<OutcomeBucketRow> for OutcomeBucket {
+    type Error = StoreError;
+
+    fn try_from(row: OutcomeBucketRow) -> Result<OutcomeBucket, StoreError> {
+        Ok(OutcomeBucket {
+            start: Timestamp(row.start_ms),
+            outcome: parse_code(&row.outcome)?,
+            count: u64::try_from(row.n).unwrap_or(0),
+        })
+    }
+}
+
+pub(crate) struct ParkedBucketRow {
+    start_ms: i64,
+    n: i64,
+}
+from_row!(ParkedBucketRow { start_ms, n });
+
+impl From<ParkedBucketRow> for ParkedBucket {
+    fn from(row: ParkedBucketRow) -> ParkedBucket {
+        ParkedBucket { start: Timestamp(row.start_ms), count: u64::try_from(row.n).unwrap_or(0) }
+    }
+}
 
 impl TryFrom<OutcomeCountRow> for OutcomeCount {
     type Error = StoreError;

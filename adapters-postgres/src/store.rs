@@ -9,12 +9,14 @@ use async_trait::async_trait;
 use herald_domain::egress::EgressDecision;
 use herald_domain::quota::TestSendQuota;
 use herald_domain::resolve::FinalState;
-use herald_domain::{ChannelName, ChannelRules, EventKey, NotificationId, NotificationRef, TaskId, Timestamp, UserId};
+use herald_domain::{
+    ChannelName, ChannelRules, EventKey, Millis, NotificationId, NotificationRef, TaskId, Timestamp, UserId,
+};
 use herald_ports::store::prelude::*;
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, Created, EgressSlot, FinishRecord, FinishResult, GiveBack, InboxCursor,
-    InboxItem, MarkRead, NewNotification, NotificationView, OutcomeCount, ParkedFilter, ParkedTask, ResolveError,
-    Resolved, StoreError, StoredSubmission, TaskCount, TaskView, TestSendGrant,
+    InboxItem, MarkRead, NewNotification, NotificationView, OutcomeBucket, OutcomeCount, ParkedBucket, ParkedFilter,
+    ParkedTask, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView, TestSendGrant,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection as _, Executor as _, PgConnection, PgPool};
@@ -486,5 +488,17 @@ impl ReadModels for PgStore {
 
     async fn egress_slots(&self) -> Result<Vec<EgressSlot>, StoreError> {
         views::egress_slots(&self.pool).await
+    }
+
+    async fn decided_counts(&self) -> Result<Vec<OutcomeCount>, StoreError> {
+        views::decided_counts(&self.pool).await
+    }
+
+    async fn outcome_buckets(&self, since: Timestamp, width: Millis) -> Result<Vec<OutcomeBucket>, StoreError> {
+        views::outcome_buckets(&self.pool, since, width).await
+    }
+
+    async fn parked_buckets(&self, since: Timestamp, width: Millis) -> Result<Vec<ParkedBucket>, StoreError> {
+        views::parked_buckets(&self.pool, since, width).await
     }
 }

@@ -4,18 +4,18 @@
 
 use std::collections::HashMap;
 
-use herald_domain::{EventKey, TaskId};
+use herald_domain::{EventKey, Millis, TaskId};
 use herald_domain::{NotificationId, NotificationRef, Timestamp, UserId};
 use herald_ports::store::{
-    AttemptView, EgressSlot, InboxChannel, InboxCursor, InboxItem, NotificationView, OutcomeCount, ParkedFilter,
-    ParkedTask, StoreError, TaskCount, TaskView,
+    AttemptView, EgressSlot, InboxChannel, InboxCursor, InboxItem, NotificationView, OutcomeBucket, OutcomeCount,
+    ParkedBucket, ParkedFilter, ParkedTask, StoreError, TaskCount, TaskView,
 };
 use sqlx::PgPool;
 
 use crate::convert::{from_db, store_error, to_db};
 use crate::rows::{
-    task_view_columns, AttemptRow, EgressRow, IdRow, InboxChannelRow, InboxRow, NotificationRow, OutcomeCountRow,
-    ParkedRow, TaskCountRow, TaskViewRow,
+    task_view_columns, AttemptRow, EgressRow, IdRow, InboxChannelRow, InboxRow, NotificationRow, OutcomeBucketRow,
+    OutcomeCountRow, ParkedBucketRow, ParkedRow, TaskCountRow, TaskViewRow,
 };
 
 /// The attempts of several tasks, each named by (user, task) — `$1` users, `$2` task ids, pairwise — so
@@ -308,6 +308,64 @@ pub(crate) async fn outcome_counts(pool: &PgPool, since: Timestamp) -> Result<Ve
     let rows: Vec<OutcomeCountRow> =
         sqlx::query_as(OUTCOME_COUNTS).bind(to_db(since)).fetch_all(pool).await.map_err(store_error)?;
     rows.into_iter().map(OutcomeCount::try_from).collect()
+}
+
+/// Tasks a person decided that still hold the decision, by channel and decision: the decision rows are
+/// the only attempts with a note, found by the partial index `delivery_attempt_decided` (migration `0030`),
+/// each one's task by its primary key.
+pub const DECIDED_COUNTS: &str =
+    "SELECT t.channel, a.outcome, count(*) AS n, max(a.started_at) AS latest FROM delivery_attempt a \
+     JOIN delivery_task t ON t.user_id = a.user_id AND t.id = a.task_id \
+     WHERE a.note IS NOT NULL AND ((a.outcome = 'MANUAL_SENT' AND t.state = 'SENT') \
+        OR (a.outcome = 'MANUAL_FAILED' AND t.state = 'FAILED')) GROUP BY 1, 2 ORDER BY 1, 2";
+
+/// [`DECIDED_COUNTS`].
+pub(crate) async fn decided_counts(pool: &PgPool) -> Result<Vec<OutcomeCount>, StoreError> {
+    let rows: Vec<OutcomeCountRow> = sqlx::query_as(DECIDED_COUNTS).fetch_all(pool).await.map_err(store_error)?;
+    rows.into_iter().map(OutcomeCount::try_from).collect()
+}
+
+/// Attempts since `$1` by bucket of `$2` milliseconds and outcome: a range scan of `delivery_attempt_recent`
+/// (migration `0005`), as [`OUTCOME_COUNTS`] without the tasks.
+pub const OUTCOME_BUCKETS: &str =
+    "SELECT (floor(extract(epoch FROM a.started_at) * 1000 / $2) * $2)::bigint AS start_ms, a.outcome, \
+     count(*) AS n FROM delivery_attempt a WHERE a.started_at >= $1 AND a.outcome IS NOT NULL \
+     GROUP BY 1, 2 ORDER BY 1, 2";
+
+/// [`OUTCOME_BUCKETS`].
+pub(crate) async fn outcome_buckets(
+    pool: &PgPool,
+    since: Timestamp,
+    width: Millis,
+) -> Result<Vec<OutcomeBucket>, StoreError> {
+    let rows: Vec<OutcomeBucketRow> = sqlx::query_as(OUTCOME_BUCKETS)
+        .bind(to_db(since))
+        .bind(i64::try_from(width.0.max(1)).unwrap_or(i64::MAX))
+        .fetch_all(pool)
+        .await
+        .map_err(store_error)?;
+    rows.into_iter().map(OutcomeBucket::try_from).collect()
+}
+
+/// Tasks parked now that parked since `$1`, by bucket of `$2` milliseconds: a range scan of
+/// `delivery_task_parked` (migration `0012`).
+pub const PARKED_BUCKETS: &str =
+    "SELECT (floor(extract(epoch FROM parked_at) * 1000 / $2) * $2)::bigint AS start_ms, count(*) AS n \
+     FROM delivery_task WHERE parked_at IS NOT NULL AND parked_at >= $1 GROUP BY 1 ORDER BY 1";
+
+/// [`PARKED_BUCKETS`].
+pub(crate) async fn parked_buckets(
+    pool: &PgPool,
+    since: Timestamp,
+    width: Millis,
+) -> Result<Vec<ParkedBucket>, StoreError> {
+    let rows: Vec<ParkedBucketRow> = sqlx::query_as(PARKED_BUCKETS)
+        .bind(to_db(since))
+        .bind(i64::try_from(width.0.max(1)).unwrap_or(i64::MAX))
+        .fetch_all(pool)
+        .await
+        .map_err(store_error)?;
+    Ok(rows.into_iter().map(ParkedBucket::from).collect())
 }
 
 /// One row per channel that ever called (primary key order).

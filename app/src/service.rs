@@ -203,7 +203,13 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
             Some(metrics),
             config.server.body_limit_bytes,
         )
-        .with_console(api::ConsoleSettings { sessions: config.console, https: config.server.https });
+        .with_console(api::ConsoleSettings {
+            sessions: config.console,
+            https: config.server.https,
+            channel_names: api::ChannelNames::new(
+                config.channels.iter().filter_map(|c| Some((c.name.clone(), c.display_name.clone()?))),
+            ),
+        });
         let listener = api_listener.context("the API listener is bound when the API runs")?;
         tracing::info!(listen = %config.server.listen, "API listening");
         let limits = config.server.limits;

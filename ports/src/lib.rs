@@ -20,9 +20,9 @@ pub use sessions::{Credential, NewSession, NewSignInLink, SessionOwner, SessionR
 pub use store::{
     AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, Deferred, DeliveryStore, EgressSlot,
     EgressStore, FinishRecord, FinishResult, InboxChannel, InboxCursor, InboxItem, InboxStore, MarkRead, Merged,
-    NewNotification, NotificationView, OutcomeCount, ParkedFilter, ParkedTask, ReadModels, ResolveError, Resolved,
-    ReviewStore, Settled, StoreError, StoredSubmission, SubmissionStore, TaskCount, TaskSummary, TaskView,
-    TestSendGrant,
+    NewNotification, NotificationView, OutcomeBucket, OutcomeCount, ParkedBucket, ParkedFilter, ParkedTask, ReadModels,
+    ResolveError, Resolved, ReviewStore, Settled, StoreError, StoredSubmission, SubmissionStore, TaskCount,
+    TaskSummary, TaskView, TestSendGrant,
 };
 
 /// Every port a whole store implements, for `use herald_ports::prelude::*`.

@@ -393,6 +393,22 @@ pub struct OutcomeCount {
     pub latest: Timestamp,
 }
 
+/// How many attempts observed one outcome in one time bucket (the overview's chart), all channels together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutcomeBucket {
+    /// The bucket's first millisecond: a multiple of the bucket's width since the Unix epoch.
+    pub start: Timestamp,
+    pub outcome: Outcome,
+    pub count: u64,
+}
+
+/// How many tasks still parked parked in one time bucket (the overview's chart).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParkedBucket {
+    pub start: Timestamp,
+    pub count: u64,
+}
+
 /// A channel's latest egress reservation (SPEC §7): its next call may leave one interval (plus guard)
 /// later.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -614,4 +630,17 @@ pub trait ReadModels: Send + Sync {
 
     /// Every channel's latest egress reservation (the console's overview).
     async fn egress_slots(&self) -> Result<Vec<EgressSlot>, StoreError>;
+
+    /// Tasks whose final state a person decided and that still hold it, by channel and decision
+    /// (`MANUAL_SENT` with the task SENT, `MANUAL_FAILED` with the task FAILED): the overview tells them
+    /// from the channel's own answers. `latest` is the latest such decision.
+    async fn decided_counts(&self) -> Result<Vec<OutcomeCount>, StoreError>;
+
+    /// Attempts since `since` counted by outcome in buckets `width` wide (aligned to the Unix epoch),
+    /// ordered by bucket and outcome; empty buckets are left out (the overview's chart).
+    async fn outcome_buckets(&self, since: Timestamp, width: Millis) -> Result<Vec<OutcomeBucket>, StoreError>;
+
+    /// Tasks parked now, counted by the bucket (as [`ReadModels::outcome_buckets`]) in which they parked,
+    /// for those that parked since `since`.
+    async fn parked_buckets(&self, since: Timestamp, width: Millis) -> Result<Vec<ParkedBucket>, StoreError>;
 }

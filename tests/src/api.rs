@@ -172,7 +172,13 @@ impl Api {
         limits: api::limits::Limits,
     ) -> anyhow::Result<Api> {
         let config = Self::default_auth();
-        Self::start_configured(world, config, api::ConsoleSettings::default(), limits, (body_limit, quota)).await
+        let console = api::ConsoleSettings {
+            channel_names: api::ChannelNames::new(
+                world.configs.iter().filter_map(|c| Some((c.name.clone(), c.display_name.clone()?))),
+            ),
+            ..api::ConsoleSettings::default()
+        };
+        Self::start_configured(world, config, console, limits, (body_limit, quota)).await
     }
 
     /// As [`Api::start`], with this authenticator (another process's configuration over the same database),

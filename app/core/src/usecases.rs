@@ -198,11 +198,24 @@ pub async fn review_page(
     after: Option<(Timestamp, TaskId)>,
     limit: u32,
 ) -> Result<Vec<ParkedTask>, StoreError> {
-    let parked_before = match min_age {
-        Some(age) => Some(services.clock.now().await? - age),
-        None => None,
-    };
-    services.review.parked_page(&ParkedFilter { channel, parked_before, after, limit }).await
+    review_queue(services, channel, min_age, after, limit).await.map(|(_, tasks)| tasks)
+}
+
+/// As [`review_page`], with the moment the page was read (the console shows each task's age).
+///
+/// # Errors
+/// Store failures.
+pub async fn review_queue(
+    services: &Services,
+    channel: Option<ChannelName>,
+    min_age: Option<Millis>,
+    after: Option<(Timestamp, TaskId)>,
+    limit: u32,
+) -> Result<(Timestamp, Vec<ParkedTask>), StoreError> {
+    let now = services.clock.now().await?;
+    let parked_before = min_age.map(|age| now - age);
+    let tasks = services.review.parked_page(&ParkedFilter { channel, parked_before, after, limit }).await?;
+    Ok((now, tasks))
 }
 
 /// What the delivery log can be asked.
@@ -243,6 +256,9 @@ pub struct ChannelOverview {
     pub rules: herald_domain::ChannelRules,
     /// Tasks by state (parked ones counted apart).
     pub tasks: Vec<TaskCount>,
+    /// Of those, the tasks whose SENT or FAILED a person decided (`MANUAL_SENT`, `MANUAL_FAILED`): the
+    /// overview shows them apart from the channel's own answers.
+    pub decided: Vec<OutcomeCount>,
     /// Attempts of the last hour by outcome.
     pub recent: Vec<OutcomeCount>,
     /// The earliest time the next call may leave (SPEC §7), when the channel has an interval.
@@ -251,16 +267,152 @@ pub struct ChannelOverview {
     pub last_error: Option<Outcome>,
 }
 
-/// The operator overview: every configured channel's counts, outcome mix, egress slot and last error.
+impl ChannelOverview {
+    /// How many tasks of `state` a person decided (SENT and FAILED; zero for the other states).
+    #[must_use]
+    pub fn decided_in(&self, state: herald_domain::TaskState) -> u64 {
+        let outcome = match state {
+            herald_domain::TaskState::Sent => Outcome::ManualSent,
+            herald_domain::TaskState::Failed => Outcome::ManualFailed,
+            _ => return 0,
+        };
+        self.decided.iter().filter(|d| d.outcome == outcome).map(|d| d.count).sum()
+    }
+}
+
+/// What the overview's chart groups the outcomes of attempts into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChartClass {
+    /// The channel accepted (`ACCEPTED`, `ACCEPTED_REPLAY`, `QUERY_FOUND`).
+    Accepted,
+    /// The channel refused, or nothing was sent (`REJECTED`, `RETRYABLE_REJECT`, `PREF_DISABLED`,
+    /// `TTL_EXPIRED`, `QUERY_NOT_FOUND`).
+    Refused,
+    /// Nobody knows whether the channel accepted (`TIMEOUT`, `IO_ERROR`, `LEASE_EXPIRED`, `QUERY_FAILED`,
+    /// the `…_UNCERTAIN` ends).
+    Unknown,
+    /// A person decided (`MANUAL_SENT`, `MANUAL_FAILED`, `MANUAL_RESEND`).
+    Decided,
+}
+
+impl ChartClass {
+    /// The class of an outcome: every outcome has exactly one.
+    #[must_use]
+    pub fn of(outcome: Outcome) -> ChartClass {
+        match outcome {
+            Outcome::Accepted | Outcome::AcceptedReplay | Outcome::QueryFound => ChartClass::Accepted,
+            Outcome::Rejected
+            | Outcome::RetryableReject
+            | Outcome::PrefDisabled
+            | Outcome::TtlExpired
+            | Outcome::QueryNotFound => ChartClass::Refused,
+            Outcome::Timeout
+            | Outcome::IoError
+            | Outcome::LeaseExpired
+            | Outcome::QueryFailed
+            | Outcome::PrefDisabledUncertain
+            | Outcome::TtlExpiredUncertain => ChartClass::Unknown,
+            Outcome::ManualSent | Outcome::ManualFailed | Outcome::ManualResend => ChartClass::Decided,
+        }
+    }
+}
+
+/// One bar of the chart: the attempts that started in `[start, start + width)`, by class, and the tasks
+/// that parked in it and still wait for a person.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChartBar {
+    pub start: Timestamp,
+    pub accepted: u64,
+    pub refused: u64,
+    pub unknown: u64,
+    pub decided: u64,
+    pub parked: u64,
+}
+
+impl ChartBar {
+    /// An empty bar starting at `start`.
+    #[must_use]
+    pub fn empty(start: Timestamp) -> ChartBar {
+        ChartBar { start, accepted: 0, refused: 0, unknown: 0, decided: 0, parked: 0 }
+    }
+
+    /// The attempts of the bar (parked tasks are not attempts).
+    #[must_use]
+    pub fn attempts(&self) -> u64 {
+        self.accepted + self.refused + self.unknown + self.decided
+    }
+}
+
+/// A span of time in equal buckets, every bucket present (empty ones with zeros), oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chart {
+    pub width: Millis,
+    pub bars: Vec<ChartBar>,
+}
+
+impl Chart {
+    /// The sums over every bar.
+    #[must_use]
+    pub fn total(&self) -> ChartBar {
+        self.bars.iter().fold(ChartBar::empty(self.bars.first().map_or(Timestamp(0), |b| b.start)), |sum, b| ChartBar {
+            start: sum.start,
+            accepted: sum.accepted + b.accepted,
+            refused: sum.refused + b.refused,
+            unknown: sum.unknown + b.unknown,
+            decided: sum.decided + b.decided,
+            parked: sum.parked + b.parked,
+        })
+    }
+}
+
+/// The operator overview: every configured channel, and the last hour and day in buckets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overview {
+    pub now: Timestamp,
+    pub channels: Vec<ChannelOverview>,
+    /// The last hour, a bar per minute.
+    pub hour: Chart,
+    /// The last day, a bar per hour.
+    pub day: Chart,
+}
+
+/// `count` buckets of `width` ending with the one that holds `now`, filled from the store's counts.
+async fn chart(services: &Services, now: Timestamp, width: Millis, count: i64) -> Result<Chart, StoreError> {
+    let w = i64::try_from(width.0.max(1)).unwrap_or(i64::MAX);
+    let last = now.as_millis().div_euclid(w) * w;
+    let first = Timestamp(last - (count - 1) * w);
+    let mut bars: Vec<ChartBar> = (0..count).map(|i| ChartBar::empty(Timestamp(first.as_millis() + i * w))).collect();
+    let index = |start: Timestamp| usize::try_from((start.as_millis() - first.as_millis()).div_euclid(w)).ok();
+    for b in services.reads.outcome_buckets(first, width).await? {
+        if let Some(bar) = index(b.start).and_then(|i| bars.get_mut(i)) {
+            match ChartClass::of(b.outcome) {
+                ChartClass::Accepted => bar.accepted += b.count,
+                ChartClass::Refused => bar.refused += b.count,
+                ChartClass::Unknown => bar.unknown += b.count,
+                ChartClass::Decided => bar.decided += b.count,
+            }
+        }
+    }
+    for p in services.reads.parked_buckets(first, width).await? {
+        if let Some(bar) = index(p.start).and_then(|i| bars.get_mut(i)) {
+            bar.parked += p.count;
+        }
+    }
+    Ok(Chart { width, bars })
+}
+
+/// The operator overview: every configured channel's counts, outcome mix, egress slot and last error, and
+/// the chart of the last hour (per minute) and the last day (per hour).
 ///
 /// # Errors
 /// Store failures.
-pub async fn overview(services: &Services) -> Result<(Timestamp, Vec<ChannelOverview>), StoreError> {
+pub async fn overview(services: &Services) -> Result<Overview, StoreError> {
     let now = services.clock.now().await?;
     let counts = services.reads.task_counts().await?;
+    let decided = services.reads.decided_counts().await?;
     let recent = services.reads.outcome_counts(now - Millis::from_secs(3600)).await?;
     let slots = services.reads.egress_slots().await?;
-    let out = services
+    let channels = services
         .channels
         .0
         .iter()
@@ -281,13 +433,16 @@ pub async fn overview(services: &Services) -> Result<(Timestamp, Vec<ChannelOver
                 channel: channel.clone(),
                 rules: *rules,
                 tasks: counts.iter().filter(|c| &c.channel == channel).cloned().collect(),
+                decided: decided.iter().filter(|c| &c.channel == channel).cloned().collect(),
                 recent,
                 next_slot,
                 last_error,
             }
         })
         .collect();
-    Ok((now, out))
+    let hour = chart(services, now, Millis::from_secs(60), 60).await?;
+    let day = chart(services, now, Millis::from_secs(3600), 24).await?;
+    Ok(Overview { now, channels, hour, day })
 }
 
 /// The preferences a user has set, one per configured channel (`None` where nothing is stored).

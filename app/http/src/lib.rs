@@ -27,5 +27,6 @@ pub use api::limits;
 pub use router::{metrics_router, router, router_with};
 pub use serve::{serve, serve_bounded};
 pub use state::{
-    ApiState, CachedReadiness, ClockReadiness, ConsoleSettings, Readiness, DEFAULT_BODY_LIMIT, READINESS_TTL,
+    ApiState, CachedReadiness, ChannelNames, ClockReadiness, ConsoleSettings, Readiness, DEFAULT_BODY_LIMIT,
+    READINESS_TTL,
 };

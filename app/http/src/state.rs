@@ -101,14 +101,33 @@ impl ApiState {
     }
 }
 
-/// What the console's sign-in depends on beyond the tokens.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What the console calls each channel: the `display_name` of its `[[channel]]`, its id where none is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChannelNames(Arc<std::collections::BTreeMap<String, String>>);
+
+impl ChannelNames {
+    /// The display names, by channel id.
+    pub fn new(names: impl IntoIterator<Item = (String, String)>) -> ChannelNames {
+        ChannelNames(Arc::new(names.into_iter().collect()))
+    }
+
+    /// The name to show for the channel `id`.
+    #[must_use]
+    pub fn shown<'a>(&'a self, id: &'a str) -> &'a str {
+        self.0.get(id).map_or(id, String::as_str)
+    }
+}
+
+/// What the console's sign-in depends on beyond the tokens, and how it names channels.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConsoleSettings {
     /// Session lifetime, idle timeout, sign-in link lifetime (`[console]`).
     pub sessions: herald_core::sessions::SessionSettings,
     /// `server.https`: the installation is reached over https (a TLS-terminating proxy in front): the
     /// session cookie is `Secure` with the `__Host-` prefix, and every answer carries HSTS.
     pub https: bool,
+    /// The channels' display names (`display_name` in `[[channel]]`).
+    pub channel_names: ChannelNames,
 }
 
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;

@@ -5,6 +5,7 @@ mod api;
 mod bounds;
 mod cleanup;
 mod cli_errors;
+mod console_pages;
 mod demo;
 mod digest;
 mod egress;

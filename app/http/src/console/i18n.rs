@@ -262,6 +262,33 @@ pub struct Words {
     pub by_operator_sent: &'static str,
     pub by_operator_failed: &'static str,
     pub by_operator_resend: &'static str,
+
+    /// The colon after a label: `": "` in English, the full-width `"："` in Chinese.
+    pub colon: &'static str,
+    pub resolved_resend: &'static str,
+    pub what_happened: &'static str,
+    pub log_event_alone: &'static str,
+    pub open_notification: &'static str,
+    pub page_not_found: &'static str,
+    pub age_now: &'static str,
+    pub age_min: &'static str,
+    pub age_hour: &'static str,
+    pub age_day: &'static str,
+    pub chart_hour: &'static str,
+    pub chart_day: &'static str,
+    pub chart_desc: &'static str,
+    pub chart_numbers: &'static str,
+    pub chart_hour_ago: &'static str,
+    pub chart_day_ago: &'static str,
+    pub chart_now: &'static str,
+    pub chart_axis: &'static str,
+    pub chart_from: &'static str,
+    pub ch_accepted: &'static str,
+    pub ch_refused: &'static str,
+    pub ch_unknown: &'static str,
+    pub ch_decided: &'static str,
+    pub ch_parked: &'static str,
+    pub test_result_label: &'static str,
 }
 
 impl Words {
@@ -295,8 +322,8 @@ pub static EN: Words = Words {
     signed_in_as_user: "Signed in as",
 
     signin_title: "Sign in",
-    signin_intro: "Operators sign in with an admin token. Users open the personal link they were given.",
-    signin_token: "Admin token",
+    signin_intro: "Sign in with the access token you were given. If you were sent a personal sign-in link, open that link instead.",
+    signin_token: "Access token",
     signin_button: "Sign in",
     signin_failed: "That token is not an admin token.",
     signin_required: "Please sign in to open that page.",
@@ -445,6 +472,32 @@ pub static EN: Words = Words {
     by_operator_sent: "marked sent by an operator",
     by_operator_failed: "marked not sent by an operator",
     by_operator_resend: "sent again at an operator's request",
+
+    colon: ": ",
+    resolved_resend: "Task {task}: queued to be sent again, as an operator asked. Nothing is sent until a worker takes it; its timeline will show the new attempt.",
+    what_happened: "What happened",
+    log_event_alone: "An event key is unique per user only, so it cannot name a notification by itself: enter the user id as well, or search by the notification id or a task reference.",
+    open_notification: "Open notification",
+    page_not_found: "There is no console page at this address.",
+    age_now: "less than a minute ago",
+    age_min: "{n} min ago",
+    age_hour: "{h} h {m} min ago",
+    age_day: "{d} d {h} h ago",
+    chart_hour: "Last hour, per minute",
+    chart_day: "Last day, per hour",
+    chart_desc: "{accepted} accepted by channel, {refused} refused or not sent, {unknown} outcome unknown, {decided} decided by an operator; {parked} parked, still waiting.",
+    chart_numbers: "The numbers behind the chart",
+    chart_hour_ago: "60 min ago",
+    chart_day_ago: "24 h ago",
+    chart_now: "now",
+    chart_axis: "attempts",
+    chart_from: "From",
+    ch_accepted: "accepted by channel",
+    ch_refused: "refused or not sent",
+    ch_unknown: "outcome unknown",
+    ch_decided: "decided by an operator",
+    ch_parked: "parked, still waiting",
+    test_result_label: "Last test",
 };
 
 pub static ZH: Words = Words {
@@ -461,8 +514,8 @@ pub static ZH: Words = Words {
     signed_in_as_user: "已登录：",
 
     signin_title: "登录",
-    signin_intro: "运营人员使用管理员令牌登录。用户请打开收到的个人链接。",
-    signin_token: "管理员令牌",
+    signin_intro: "使用发给你的访问令牌登录。如果你收到的是个人登录链接，请直接打开该链接。",
+    signin_token: "访问令牌",
     signin_button: "登录",
     signin_failed: "该令牌不是管理员令牌。",
     signin_required: "请先登录再打开该页面。",
@@ -539,7 +592,7 @@ pub static ZH: Words = Words {
     user: "用户",
     notification: "通知",
     reference: "编号",
-    attempts_spent: "次尝试",
+    attempts_spent: "尝试次数",
 
     col_no: "#",
     col_action: "动作",
@@ -611,6 +664,32 @@ pub static ZH: Words = Words {
     by_operator_sent: "已由运营人员标记为已发送",
     by_operator_failed: "已由运营人员标记为未发送",
     by_operator_resend: "已应运营人员要求重新发送",
+
+    colon: "：",
+    resolved_resend: "任务 {task}：已按运营人员要求重新排队发送。在工作进程取走之前不会发送；新的尝试会出现在它的时间线上。",
+    what_happened: "发生了什么",
+    log_event_alone: "事件键只在同一用户内唯一，单凭它无法确定一条通知：请同时填写用户，或按通知编号或任务编号查找。",
+    open_notification: "打开通知",
+    page_not_found: "控制台没有这个地址的页面。",
+    age_now: "不到 1 分钟前",
+    age_min: "{n} 分钟前",
+    age_hour: "{h} 小时 {m} 分钟前",
+    age_day: "{d} 天 {h} 小时前",
+    chart_hour: "最近一小时（每分钟）",
+    chart_day: "最近一天（每小时）",
+    chart_desc: "第三方已接受 {accepted}，被拒绝或未发送 {refused}，结果未知 {unknown}，运营人员决定 {decided}；已挂起、仍在等待 {parked}。",
+    chart_numbers: "图表背后的数字",
+    chart_hour_ago: "60 分钟前",
+    chart_day_ago: "24 小时前",
+    chart_now: "现在",
+    chart_axis: "尝试次数",
+    chart_from: "起始",
+    ch_accepted: "第三方已接受",
+    ch_refused: "被拒绝或未发送",
+    ch_unknown: "结果未知",
+    ch_decided: "运营人员决定",
+    ch_parked: "已挂起、仍在等待",
+    test_result_label: "最近一次测试",
 };
 
 impl Words {
@@ -671,8 +750,8 @@ impl Words {
             (Outcome::QueryNotFound, true) => "渠道查无记录",
             (Outcome::Timeout, false) => "no answer in time: outcome unknown",
             (Outcome::Timeout, true) => "超时无应答：结果未知",
-            (Outcome::IoError, false) => "connection broke: outcome unknown",
-            (Outcome::IoError, true) => "连接中断：结果未知",
+            (Outcome::IoError, false) => "no answer Herald could read (see the detail): outcome unknown",
+            (Outcome::IoError, true) => "没有可读的应答（见详情）：结果未知",
             (Outcome::QueryFailed, false) => "the query failed",
             (Outcome::QueryFailed, true) => "查询失败",
             (Outcome::RetryableReject, false) => "refused before acceptance, may retry",
@@ -701,17 +780,92 @@ impl Words {
         if !std::ptr::eq(self, &ZH) {
             return reason;
         }
-        match reason {
-            "channel switched off after an attempt that may have been accepted" => "可能已被接受的尝试之后渠道被关闭",
-            "expired after an attempt that may have been accepted" => "可能已被接受的尝试之后通知已过期",
-            "attempt budget exhausted while the outcome is unknown" => "尝试次数已用完，结果仍未知",
-            "outcome unknown and the channel offers neither idempotency key nor query" => {
-                "结果未知，且渠道既无幂等键也不可查询"
-            }
-            "refused permanently after an attempt that may have been accepted" => "在可能已被接受的尝试之后被永久拒绝",
-            other => other,
+        REASONS.iter().find(|(en, _)| *en == reason).map_or(reason, |(_, zh)| zh)
+    }
+
+    /// A detail the store keeps in English (an attempt's detail, the part of `last_error` before the
+    /// reason), in this language: known phrases are translated, numbers, codes and a channel's own words
+    /// kept as they are.
+    #[must_use]
+    pub fn detail(&self, text: &str) -> String {
+        if !std::ptr::eq(self, &ZH) {
+            return text.to_owned();
+        }
+        if let Some(zh) = REASONS.iter().find(|(en, _)| *en == text).map(|(_, zh)| *zh) {
+            return zh.to_owned();
+        }
+        DETAIL_PHRASES.iter().fold(text.to_owned(), |out, (en, zh)| out.replace(en, zh))
+    }
+
+    /// How long ago `then` was, at `now`, in words.
+    #[must_use]
+    pub fn age(&self, now: herald_domain::Timestamp, then: herald_domain::Timestamp) -> String {
+        let minutes = now.as_millis().saturating_sub(then.as_millis()).max(0) / 60_000;
+        let (d, h, m) = ((minutes / 1440).to_string(), ((minutes / 60) % 24).to_string(), (minutes % 60).to_string());
+        match minutes {
+            0 => self.age_now.to_owned(),
+            1..60 => fill(self.age_min, &[("n", &m)]),
+            60..1440 => fill(self.age_hour, &[("h", &h), ("m", &m)]),
+            _ => fill(self.age_day, &[("d", &d), ("h", &h)]),
         }
     }
+}
+
+/// The reasons the domain records for parking or closing a task, and their Chinese.
+const REASONS: &[(&str, &str)] = &[
+    ("channel switched off after an attempt that may have been accepted", "可能已被接受的尝试之后渠道被关闭"),
+    ("expired after an attempt that may have been accepted", "可能已被接受的尝试之后通知已过期"),
+    ("attempt budget exhausted while the outcome is unknown", "尝试次数已用完，结果仍未知"),
+    (
+        "outcome unknown and the channel offers neither idempotency key nor query",
+        "结果未知，且渠道既无幂等键也不可查询",
+    ),
+    ("refused permanently after an attempt that may have been accepted", "在可能已被接受的尝试之后被永久拒绝"),
+    ("refused, but an earlier attempt may have been accepted", "被拒绝，但更早的一次尝试可能已被接受"),
+    ("refused permanently by the channel", "被渠道永久拒绝"),
+    ("not accepted and attempt budget exhausted", "未被接受，尝试次数已用完"),
+    ("attempt budget exhausted", "尝试次数已用完"),
+    ("expired before it could be sent", "发送前已过期"),
+    ("channel switched off", "渠道已关闭"),
+    ("not found yet; asking again later", "暂未查到，稍后再查"),
+    ("outcome unknown", "结果未知"),
+];
+
+/// English phrases of attempt details and their Chinese, longest first where one contains another.
+const DETAIL_PHRASES: &[(&str, &str)] = &[
+    ("connection broke after the request was sent", "请求发出后连接中断"),
+    ("connection broke after the message was sent", "消息发出后连接中断"),
+    ("timed out waiting for the channel", "等待渠道应答超时"),
+    ("not sent: connection failed", "未发送：连接失败"),
+    ("not sent: connection broke at ", "未发送：连接中断于 "),
+    ("not sent: timed out at ", "未发送：超时于 "),
+    (", before the message", "，在发送消息之前"),
+    ("accepted (replay of the same key)", "第三方已接受（相同幂等键的重放）"),
+    (" with an unrecognised text", "，应答文字无法识别"),
+    (" with an unreadable body", "，应答内容无法读取"),
+    (" on an SMTP channel", "（SMTP 渠道）"),
+    (" at end of DATA", "（DATA 结束时）"),
+    (": refused before acceptance", "：接受前被拒绝"),
+    (": outcome unknown", "：结果未知"),
+    ("outcome unknown", "结果未知"),
+    (": refused", "：被拒绝"),
+    ("refused: ", "被拒绝："),
+    ("not sent: ", "未发送："),
+];
+
+/// A task's `last_error` (`"{detail}: {reason}"`, or a detail alone) split into what happened and why the
+/// task stands as it does, so that a page says each once.
+#[must_use]
+pub fn split_last_error(last_error: &str) -> (Option<&str>, Option<&str>) {
+    for (reason, _) in REASONS {
+        if last_error == *reason {
+            return (None, Some(reason));
+        }
+        if let Some(detail) = last_error.strip_suffix(reason).and_then(|d| d.strip_suffix(": ")) {
+            return (Some(detail.strip_suffix(": outcome unknown").unwrap_or(detail)), Some(reason));
+        }
+    }
+    (Some(last_error), None)
 }
 
 /// Replaces `{name}` placeholders.
@@ -750,6 +904,36 @@ mod tests {
         }
         let all = format!("{:?}{:?}", debug_words(&EN), debug_words(&ZH));
         assert!(!all.to_lowercase().contains("delivered") && !all.contains("已送达"));
+    }
+
+    #[test]
+    fn a_last_error_is_split_into_what_happened_and_why_each_said_once() {
+        let stored = "HTTP 200 with an unrecognised text: outcome unknown: outcome unknown and the channel offers neither idempotency key nor query";
+        let (detail, reason) = split_last_error(stored);
+        assert_eq!(detail, Some("HTTP 200 with an unrecognised text"));
+        assert_eq!(reason, Some("outcome unknown and the channel offers neither idempotency key nor query"));
+        assert_eq!(
+            split_last_error("connection broke after the request was sent"),
+            (Some("connection broke after the request was sent"), None)
+        );
+        assert_eq!(split_last_error("attempt budget exhausted"), (None, Some("attempt budget exhausted")));
+        assert_eq!(
+            ZH.detail("HTTP 200 with an unrecognised text: outcome unknown"),
+            "HTTP 200，应答文字无法识别：结果未知"
+        );
+        assert_eq!(ZH.detail("refused: 参数格式有误"), "被拒绝：参数格式有误");
+        assert_eq!(EN.detail("HTTP 503: outcome unknown"), "HTTP 503: outcome unknown");
+    }
+
+    #[test]
+    fn ages_read_in_minutes_hours_and_days() {
+        use herald_domain::Timestamp;
+        let at = |min: i64| Timestamp(min * 60_000 + 5_000);
+        assert_eq!(EN.age(at(0), at(0)), "less than a minute ago");
+        assert_eq!(EN.age(at(5), at(0)), "5 min ago");
+        assert_eq!(EN.age(at(125), at(0)), "2 h 5 min ago");
+        assert_eq!(ZH.age(at(3 * 1440 + 60), at(0)), "3 天 1 小时前");
+        assert_eq!(EN.age(at(0), at(10)), "less than a minute ago", "a clock step back is not a negative age");
     }
 
     fn debug_words(w: &Words) -> Vec<&'static str> {

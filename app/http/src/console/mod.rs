@@ -70,6 +70,18 @@ pub fn router() -> Router<ApiState> {
         .route("/console/me/channels/{channel}/confirm", post(confirm_channel))
         .route("/console/static/console.css", get(|| async { static_file("text/css; charset=utf-8", CSS) }))
         .route("/console/static/console.js", get(|| async { static_file("text/javascript; charset=utf-8", JS) }))
+        .route("/console/{*rest}", get(not_found))
+}
+
+/// A console address that names no page: the console's own page, not the API's problem document.
+async fn not_found(ctx: Ctx) -> Response {
+    let w = ctx.w();
+    let link = match ctx.session.as_ref().map(|s| &s.role) {
+        Some(Role::Operator) => ("/console/overview", w.nav_overview),
+        Some(Role::User(_)) => ("/console/me/inbox", w.nav_inbox),
+        None => ("/console/login", w.signin_title),
+    };
+    ctx.page(StatusCode::NOT_FOUND, w.not_found, None, pages::message(w.page_not_found, Some(link)))
 }
 
 fn static_file(content_type: &'static str, body: &'static str) -> Response {
@@ -300,6 +312,10 @@ struct LoginQuery {
 }
 
 async fn login_page(ctx: Ctx, Query(q): Query<LoginQuery>) -> Response {
+    // Someone signed in has nothing to do here: on to their first page.
+    if ctx.session.is_some() {
+        return home(ctx).await;
+    }
     let w = ctx.w();
     let flash = if q.failed.is_some() {
         Some(Flash::Error(w.signin_failed.to_owned()))
@@ -480,9 +496,12 @@ async fn overview(ctx: Ctx, State(state): State<ApiState>) -> Response {
         return r;
     }
     match usecases::overview(&state.services()).await {
-        Ok((now, channels)) => {
-            ctx.page(StatusCode::OK, ctx.w().overview_title, None, pages::overview(ctx.w(), now, &channels))
-        }
+        Ok(overview) => ctx.page(
+            StatusCode::OK,
+            ctx.w().overview_title,
+            None,
+            pages::overview(ctx.w(), &state.console.channel_names, &overview),
+        ),
         Err(_) => ctx.store_down(),
     }
 }
@@ -499,6 +518,9 @@ struct ReviewQuery {
 
 async fn review(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<ReviewQuery>) -> Response {
     let flash = match (q.done, q.decision.as_deref().and_then(|d| d.parse::<FinalState>().ok())) {
+        (Some(task), Some(FinalState::Resend)) => {
+            Some(Flash::Info(fill(ctx.w().resolved_resend, &[("task", &task.to_string())])))
+        }
         (Some(task), Some(decision)) => Some(Flash::Info(fill(
             ctx.w().resolved,
             &[("task", &task.to_string()), ("words", ctx.w().decision(decision))],
@@ -523,7 +545,7 @@ async fn review_page(
     let channel = q.channel.as_deref().filter(|c| !c.is_empty()).map(ChannelName::new);
     let min_age = q.min_age.as_deref().and_then(|m| m.trim().parse::<u64>().ok());
     let after = q.after_at.zip(q.after_id).map(|(at, id)| (Timestamp(at), TaskId(id)));
-    let page = usecases::review_page(
+    let page = usecases::review_queue(
         &services,
         channel.clone(),
         min_age.map(|m| Millis(m.saturating_mul(60_000))),
@@ -531,7 +553,7 @@ async fn review_page(
         PAGE_SIZE + 1,
     )
     .await;
-    let Ok(mut page) = page else { return ctx.store_down() };
+    let Ok((now, mut page)) = page else { return ctx.store_down() };
     let next = if page.len() > PAGE_SIZE as usize {
         page.truncate(PAGE_SIZE as usize);
         page.last().map(|last| {
@@ -557,8 +579,17 @@ async fn review_page(
         })
         .collect();
     let names: Vec<String> = services.channels.names().map(ToString::to_string).collect();
-    let content =
-        pages::review(ctx.w(), session, &names, channel.as_ref().map(ChannelName::as_str), min_age, &tasks, next);
+    let content = pages::review(
+        ctx.w(),
+        &state.console.channel_names,
+        session,
+        now,
+        &names,
+        channel.as_ref().map(ChannelName::as_str),
+        min_age,
+        &tasks,
+        next,
+    );
     ctx.page(status, ctx.w().review_title, flash, content)
 }
 
@@ -633,6 +664,16 @@ async fn log(ctx: Ctx, State(state): State<ApiState>, Query(f): Query<LogQueryFo
         Some(LogQuery::Event(UserId::new(user), EventKey::new(event)))
     } else if !user.is_empty() {
         return see_other(&format!("/console/users/{}/inbox", encode_path(user)));
+    } else if !event.is_empty() {
+        // One event key names one notification per user (the unique key is (user, event key)): alone
+        // it names none, and finding it across users would read every notification.
+        let form = pages::log_form(w, q, user, event);
+        return ctx.page(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            w.log_title,
+            Some(Flash::Error(w.log_event_alone.to_owned())),
+            form,
+        );
     } else {
         None
     };
@@ -665,7 +706,7 @@ async fn notification(ctx: Ctx, State(state): State<ApiState>, Path(id): Path<St
     match usecases::find_notification(&state.services(), &LogQuery::NotificationRef(id)).await {
         Ok(Some(view)) => {
             let title = format!("{} {}", w.notification_title, view.notification_ref);
-            ctx.page(StatusCode::OK, &title, None, pages::notification(w, &view))
+            ctx.page(StatusCode::OK, &title, None, pages::notification(w, &state.console.channel_names, &view))
         }
         Ok(None) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
         Err(_) => ctx.store_down(),
@@ -677,8 +718,6 @@ struct PageQuery {
     before_at: Option<i64>,
     /// The opaque id of the last notification of the previous page.
     before: Option<String>,
-    #[serde(default)]
-    notice: Option<String>,
 }
 
 async fn inbox_response(
@@ -704,7 +743,7 @@ async fn inbox_response(
         None
     };
     let session = if own { ctx.session.as_ref() } else { None };
-    ctx.page(StatusCode::OK, title, None, pages::inbox(ctx.w(), session, &items, next))
+    ctx.page(StatusCode::OK, title, None, pages::inbox(ctx.w(), &state.console.channel_names, session, &items, next))
 }
 
 /// An operator's read-only view of one user's inbox (the delivery log by user id).
@@ -756,6 +795,7 @@ async fn channels_page(
     state: &ApiState,
     status: StatusCode,
     flash: Option<Flash>,
+    tested: Option<(&str, &Flash)>,
     pending_confirm: Option<&str>,
 ) -> Response {
     let (session, user) = match ctx.user() {
@@ -764,16 +804,90 @@ async fn channels_page(
     };
     let Ok(prefs) = usecases::user_channels(&state.services(), &user).await else { return ctx.store_down() };
     let prefs: Vec<(String, _)> = prefs.into_iter().map(|(c, p)| (c.to_string(), p)).collect();
-    ctx.page(status, ctx.w().channels_title, flash, pages::channels(ctx.w(), session, &prefs, pending_confirm))
+    let names = &state.console.channel_names;
+    let content = pages::channels(ctx.w(), names, session, &prefs, tested, pending_confirm);
+    ctx.page(status, ctx.w().channels_title, flash, content)
 }
 
-async fn my_channels(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<PageQuery>) -> Response {
+#[derive(Deserialize, Default)]
+struct ChannelsQuery {
+    notice: Option<String>,
+    /// The channel a test send just went to, and what came of it (`TestResult`).
+    tested: Option<String>,
+    result: Option<String>,
+    secs: Option<u64>,
+    why: Option<String>,
+}
+
+/// What a test send came to, as its redirect carries it: the page that shows it can be reloaded without
+/// sending again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TestResult {
+    Accepted,
+    Refused,
+    NotSent,
+    Unknown,
+    TooSoon,
+    Quota,
+    NoDestination,
+}
+
+impl TestResult {
+    const ALL: [TestResult; 7] = [
+        TestResult::Accepted,
+        TestResult::Refused,
+        TestResult::NotSent,
+        TestResult::Unknown,
+        TestResult::TooSoon,
+        TestResult::Quota,
+        TestResult::NoDestination,
+    ];
+
+    fn code(self) -> &'static str {
+        match self {
+            TestResult::Accepted => "accepted",
+            TestResult::Refused => "refused",
+            TestResult::NotSent => "not_sent",
+            TestResult::Unknown => "unknown",
+            TestResult::TooSoon => "too_soon",
+            TestResult::Quota => "quota",
+            TestResult::NoDestination => "no_destination",
+        }
+    }
+
+    fn parse(code: &str) -> Option<TestResult> {
+        TestResult::ALL.into_iter().find(|r| r.code() == code)
+    }
+
+    /// The words of the result for `channel` (its display name).
+    fn flash(self, w: &Words, channel: &str, secs: u64, why: &str) -> Flash {
+        let say = |template: &str| fill(template, &[("channel", channel), ("secs", &secs.to_string()), ("why", why)]);
+        match self {
+            TestResult::Accepted => Flash::Info(say(w.test_accepted)),
+            TestResult::Refused => Flash::Error(say(w.test_refused)),
+            TestResult::NotSent => Flash::Error(say(w.test_not_sent)),
+            TestResult::Unknown => Flash::Error(say(w.test_unknown)),
+            TestResult::TooSoon => Flash::Error(say(w.test_too_soon)),
+            TestResult::Quota => Flash::Error(say(w.test_quota)),
+            TestResult::NoDestination => Flash::Error(w.test_no_destination.to_owned()),
+        }
+    }
+}
+
+async fn my_channels(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<ChannelsQuery>) -> Response {
     let flash = match q.notice.as_deref() {
         Some("saved") => Some(Flash::Info(ctx.w().saved.to_owned())),
         Some("confirmed") => Some(Flash::Info(ctx.w().confirmed.to_owned())),
         _ => None,
     };
-    channels_page(&ctx, &state, StatusCode::OK, flash, None).await
+    let result = q.tested.as_deref().zip(q.result.as_deref().and_then(TestResult::parse));
+    let shown = result.map(|(channel, result)| {
+        let name = state.console.channel_names.shown(channel);
+        (channel, result, result.flash(ctx.w(), name, q.secs.unwrap_or(0), q.why.as_deref().unwrap_or("")))
+    });
+    let tested = shown.as_ref().map(|(channel, _, flash)| (*channel, flash));
+    let confirm = shown.as_ref().filter(|(_, r, _)| *r == TestResult::Accepted).map(|(c, _, _)| *c);
+    channels_page(&ctx, &state, StatusCode::OK, flash, tested, confirm).await
 }
 
 #[derive(Deserialize)]
@@ -826,9 +940,11 @@ async fn save_channel(
         Err(PreferenceError::UnknownChannel) => return ctx.message(StatusCode::NOT_FOUND, w.not_found),
         Err(PreferenceError::Encryption | PreferenceError::Store(_)) => return ctx.store_down(),
     };
-    channels_page(&ctx, &state, status, flash, None).await
+    channels_page(&ctx, &state, status, flash, None, None).await
 }
 
+/// A test send: its result goes back to the channels page by a redirect (POST-redirect-GET), which shows
+/// it beside the tested channel; reloading that page sends nothing.
 async fn test_channel(
     ctx: Ctx,
     State(state): State<ApiState>,
@@ -842,63 +958,33 @@ async fn test_channel(
     if let Err(refused) = ctx.check_csrf(&form.csrf) {
         return refused;
     }
-    let w = ctx.w();
     let name = ChannelName::new(channel.clone());
-    let say = |template: &str, extra: &[(&str, &str)]| fill(&fill(template, &[("channel", channel.as_str())]), extra);
-    match usecases::test_send(&state.services(), &user, &name).await {
+    let (result, secs, why) = match usecases::test_send(&state.services(), &user, &name).await {
         Ok(sent) => match sent.outcome {
-            TestOutcome::Accepted => {
-                channels_page(
-                    &ctx,
-                    &state,
-                    StatusCode::OK,
-                    Some(Flash::Info(say(w.test_accepted, &[]))),
-                    Some(&channel),
-                )
-                .await
-            }
-            TestOutcome::Refused { why } => {
-                channels_page(
-                    &ctx,
-                    &state,
-                    StatusCode::OK,
-                    Some(Flash::Error(say(w.test_refused, &[("why", &why)]))),
-                    None,
-                )
-                .await
-            }
-            TestOutcome::NotSent => {
-                channels_page(&ctx, &state, StatusCode::OK, Some(Flash::Error(say(w.test_not_sent, &[]))), None).await
-            }
-            TestOutcome::Unknown => {
-                channels_page(&ctx, &state, StatusCode::OK, Some(Flash::Error(say(w.test_unknown, &[]))), None).await
-            }
+            TestOutcome::Accepted => (TestResult::Accepted, 0, String::new()),
+            TestOutcome::Refused { why } => (TestResult::Refused, 0, why.chars().take(200).collect()),
+            TestOutcome::NotSent => (TestResult::NotSent, 0, String::new()),
+            TestOutcome::Unknown => (TestResult::Unknown, 0, String::new()),
         },
         Err(error @ (TestSendError::TooSoon(wait) | TestSendError::QuotaExceeded(wait))) => {
-            let secs = wait.0.div_ceil(1000).to_string();
-            let words = if matches!(error, TestSendError::QuotaExceeded(_)) { w.test_quota } else { w.test_too_soon };
-            channels_page(
-                &ctx,
-                &state,
-                StatusCode::TOO_MANY_REQUESTS,
-                Some(Flash::Error(say(words, &[("secs", &secs)]))),
-                None,
-            )
-            .await
+            let result =
+                if matches!(error, TestSendError::QuotaExceeded(_)) { TestResult::Quota } else { TestResult::TooSoon };
+            (result, wait.0.div_ceil(1000), String::new())
         }
-        Err(TestSendError::NoDestination) => {
-            channels_page(
-                &ctx,
-                &state,
-                StatusCode::UNPROCESSABLE_ENTITY,
-                Some(Flash::Error(w.test_no_destination.to_owned())),
-                None,
-            )
-            .await
-        }
-        Err(TestSendError::UnknownChannel) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
-        Err(_) => ctx.store_down(),
+        Err(TestSendError::NoDestination) => (TestResult::NoDestination, 0, String::new()),
+        Err(TestSendError::UnknownChannel) => return ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found),
+        Err(_) => return ctx.store_down(),
+    };
+    let channel = encode_path(&channel);
+    let mut to = format!("/console/me/channels?tested={channel}&result={}", result.code());
+    if secs > 0 {
+        to.push_str(&format!("&secs={secs}"));
     }
+    if !why.is_empty() {
+        to.push_str(&format!("&why={}", encode_path(&why)));
+    }
+    to.push_str(&format!("#ch-{channel}"));
+    see_other(&to)
 }
 
 async fn confirm_channel(
@@ -918,8 +1004,8 @@ async fn confirm_channel(
     match usecases::confirm(&state.services(), &user, &ChannelName::new(channel)).await {
         Ok(_) => see_other("/console/me/channels?notice=confirmed"),
         Err(TestSendError::NothingToConfirm | TestSendError::NoDestination) => {
-            channels_page(&ctx, &state, StatusCode::CONFLICT, Some(Flash::Error(w.nothing_to_confirm.to_owned())), None)
-                .await
+            let flash = Some(Flash::Error(w.nothing_to_confirm.to_owned()));
+            channels_page(&ctx, &state, StatusCode::CONFLICT, flash, None, None).await
         }
         Err(TestSendError::UnknownChannel) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
         Err(_) => ctx.store_down(),

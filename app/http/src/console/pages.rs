@@ -10,10 +10,11 @@ use herald_domain::{Capability, TaskState};
 use herald_ports::{AttemptView, ChannelPref, InboxChannel, InboxItem, NotificationView, TaskView};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-use super::i18n::{fill, Lang, Words};
+use super::i18n::{fill, split_last_error, Lang, Words};
 use super::session::{Role, Session};
 use crate::api::model::rfc3339;
-use herald_core::usecases::ChannelOverview;
+use crate::state::ChannelNames;
+use herald_core::usecases::{Chart, Overview};
 
 /// A message shown at the top of a page.
 pub enum Flash {
@@ -212,11 +213,13 @@ fn millis_words(ms: u64) -> String {
     }
 }
 
-/// The operator overview.
-pub fn overview(w: &Words, now: herald_domain::Timestamp, channels: &[ChannelOverview]) -> Markup {
-    let parked: u64 = channels.iter().flat_map(|c| &c.tasks).filter(|t| t.parked).map(|t| t.count).sum();
+/// The operator overview: the parked count, the last hour and day as charts, and every channel.
+pub fn overview(w: &Words, names: &ChannelNames, ov: &Overview) -> Markup {
+    let parked: u64 = ov.channels.iter().flat_map(|c| &c.tasks).filter(|t| t.parked).map(|t| t.count).sum();
     html! {
-        p.big { (w.parked_total) ": " strong #parked-total { (parked) } " " a href="/console/review" { (w.nav_review) } }
+        p.big { (w.parked_total) (w.colon) strong #parked-total { (parked) } " " a href="/console/review" { (w.nav_review) } }
+        (chart(w, "chart-hour", w.chart_hour, w.chart_hour_ago, &ov.hour))
+        (chart(w, "chart-day", w.chart_day, w.chart_day_ago, &ov.day))
         div.scroll {
             table {
                 caption { (w.nav_channels) }
@@ -227,17 +230,24 @@ pub fn overview(w: &Words, now: herald_domain::Timestamp, channels: &[ChannelOve
                     th scope="col" { (w.col_last_hour) } th scope="col" { (w.col_last_error) }
                 } }
                 tbody {
-                    @for c in channels {
+                    @for c in &ov.channels {
                         tr {
-                            th scope="row" { (c.channel) }
+                            th scope="row" { (names.shown(c.channel.as_str())) }
                             td { (w.contract(c.rules.contract.capability)) }
                             td { (millis_words(c.rules.min_interval.0)) }
                             td { @match c.next_slot {
-                                Some(at) if at > now => { (moment(at)) },
+                                Some(at) if at > ov.now => { (moment(at)) },
                                 _ => { (w.slot_free) }
                             } }
                             td { @if c.tasks.iter().all(|t| t.parked) { (w.none) } ul.plain { @for t in c.tasks.iter().filter(|t| !t.parked) {
-                                li { (w.state(t.state, false)) " (" (t.state) "): " (t.count) }
+                                @let decided = c.decided_in(t.state).min(t.count);
+                                @if t.count > decided {
+                                    li { (w.state(t.state, false)) " (" (t.state) ")" (w.colon) (t.count - decided) }
+                                }
+                                @if decided > 0 {
+                                    @let words = if t.state == TaskState::Sent { w.by_operator_sent } else { w.by_operator_failed };
+                                    li.manual { (words) " (" (t.state) ")" (w.colon) (decided) }
+                                }
                             } } }
                             td { (c.tasks.iter().filter(|t| t.parked).map(|t| t.count).sum::<u64>()) }
                             td { @if c.recent.is_empty() { (w.none) } ul.plain { @for o in &c.recent {
@@ -253,6 +263,110 @@ pub fn overview(w: &Words, now: herald_domain::Timestamp, channels: &[ChannelOve
             }
         }
     }
+}
+
+/// The chart's plot area inside its `viewBox`.
+const PLOT: (f64, f64, f64, f64) = (44.0, 12.0, 704.0, 150.0);
+/// The colours of the classes (each at least 3:1 against white, as graphics must be), in stacking order.
+const CLASS_COLOURS: [&str; 4] = ["#2e7d32", "#c62828", "#b26a00", "#5e35b1"];
+
+/// One chart of the overview, drawn on the server as SVG: a stacked bar per bucket (accepted, refused or
+/// not sent, unknown, decided by an operator), the parked tasks as a line of dots, its title and a
+/// description with the totals for screen readers, axis labels, a legend, and the numbers in a table.
+fn chart(w: &Words, id: &str, title: &str, ago: &str, chart: &Chart) -> Markup {
+    let total = chart.total();
+    let desc = fill(
+        w.chart_desc,
+        &[
+            ("accepted", &total.accepted.to_string()),
+            ("refused", &total.refused.to_string()),
+            ("unknown", &total.unknown.to_string()),
+            ("decided", &total.decided.to_string()),
+            ("parked", &total.parked.to_string()),
+        ],
+    );
+    let top = chart.bars.iter().map(|b| b.attempts().max(b.parked)).max().unwrap_or(0).max(1);
+    let (x0, y0, x1, y1) = PLOT;
+    let (slot, scale) = ((x1 - x0) / count_f64(chart.bars.len().max(1)), (y1 - y0) / count_f64(top));
+    let mut rects = Vec::new();
+    let mut dots = Vec::new();
+    for (i, bar) in chart.bars.iter().enumerate() {
+        let x = x0 + slot * count_f64(i) + slot * 0.1;
+        let mut base = y1;
+        for (k, count) in [bar.accepted, bar.refused, bar.unknown, bar.decided].into_iter().enumerate() {
+            if count > 0 {
+                let h = count_f64(count) * scale;
+                base -= h;
+                rects.push((fmt(x), fmt(base), fmt(slot * 0.8), fmt(h), CLASS_COLOURS[k]));
+            }
+        }
+        if bar.parked > 0 {
+            dots.push((fmt(x + slot * 0.4), fmt(y1 - count_f64(bar.parked) * scale)));
+        }
+    }
+    let classes = [w.ch_accepted, w.ch_refused, w.ch_unknown, w.ch_decided];
+    html! {
+        section.chart #(id) aria-labelledby={(id) "-h"} {
+            h2 #{(id) "-h"} { (title) }
+            svg role="img" aria-labelledby={(id) "-t " (id) "-d"} viewBox="0 0 720 200" width="100%" xmlns="http://www.w3.org/2000/svg" {
+                title #{(id) "-t"} { (title) }
+                desc #{(id) "-d"} { (desc) }
+                line x1=(x0) y1=(y1) x2=(x1) y2=(y1) stroke="#4a5563" {}
+                line x1=(x0) y1=(y0) x2=(x0) y2=(y1) stroke="#4a5563" {}
+                text x=(x0 - 4.0) y=(y1) text-anchor="end" font-size="11" fill="#1b1f24" { "0" }
+                text x=(x0 - 4.0) y=(y0 + 8.0) text-anchor="end" font-size="11" fill="#1b1f24" { (top) }
+                text x="12" y=((y0 + y1) / 2.0) font-size="11" fill="#1b1f24" transform={"rotate(-90 12 " ((y0 + y1) / 2.0) ")"} text-anchor="middle" { (w.chart_axis) }
+                text x=(x0) y=(y1 + 14.0) font-size="11" fill="#1b1f24" { (ago) }
+                text x=(x1) y=(y1 + 14.0) font-size="11" fill="#1b1f24" text-anchor="end" { (w.chart_now) }
+                @for (x, y, width, height, colour) in &rects {
+                    rect x=(x) y=(y) width=(width) height=(height) fill=(colour) {}
+                }
+                @for (cx, cy) in &dots {
+                    circle cx=(cx) cy=(cy) r="3" fill="#1b1f24" {}
+                }
+                @for (k, label) in classes.iter().enumerate() {
+                    @let lx = x0 + 150.0 * count_f64(k);
+                    rect x=(lx) y=(y1 + 24.0) width="10" height="10" fill=(CLASS_COLOURS[k]) {}
+                    text x=(lx + 14.0) y=(y1 + 33.0) font-size="11" fill="#1b1f24" { (label) }
+                }
+                circle cx=(x0 + 605.0) cy=(y1 + 29.0) r="3" fill="#1b1f24" {}
+                text x=(x0 + 612.0) y=(y1 + 33.0) font-size="11" fill="#1b1f24" { (w.ch_parked) }
+            }
+            p.chart-desc { (desc) }
+            details {
+                summary { (w.chart_numbers) }
+                div.scroll { table {
+                    caption { (title) }
+                    thead { tr {
+                        th scope="col" { (w.chart_from) }
+                        @for label in classes { th scope="col" { (label) } }
+                        th scope="col" { (w.ch_parked) }
+                    } }
+                    tbody {
+                        @let shown: Vec<_> = chart.bars.iter().filter(|b| b.attempts() + b.parked > 0).collect();
+                        @if shown.is_empty() { tr { td colspan="6" { (w.none) } } }
+                        @for bar in shown {
+                            tr {
+                                th scope="row" { (moment(bar.start)) }
+                                td { (bar.accepted) } td { (bar.refused) } td { (bar.unknown) } td { (bar.decided) } td { (bar.parked) }
+                            }
+                        }
+                    }
+                } }
+            }
+        }
+    }
+}
+
+/// A count as a coordinate factor (counts on a page are far below 2^52).
+#[allow(clippy::cast_precision_loss)]
+fn count_f64(n: impl TryInto<u64>) -> f64 {
+    n.try_into().unwrap_or(u64::MAX) as f64
+}
+
+/// A coordinate with one decimal.
+fn fmt(v: f64) -> String {
+    format!("{v:.1}")
 }
 
 /// An attempt timeline, oldest first.
@@ -274,7 +388,7 @@ pub fn timeline(w: &Words, attempts: &[AttemptView]) -> Markup {
                     td { @if let Some(at) = a.finished_at { (moment(at)) } }
                     td {
                         @if let Some(note) = &a.note { span.note { (note) } }
-                        @else if let Some(detail) = &a.detail { (detail) }
+                        @else if let Some(detail) = &a.detail { (w.detail(detail)) }
                     }
                 }
             } }
@@ -286,7 +400,7 @@ pub fn timeline(w: &Words, attempts: &[AttemptView]) -> Markup {
 pub fn task_state(w: &Words, task: &TaskView) -> Markup {
     html! {
         @if let Some((decision, note)) = task.manual_resolution().filter(|(d, _)| d.state() == task.state) {
-            span.state.manual { (w.decision(decision)) ": " (note) }
+            span.state.manual { (w.decision(decision)) (w.colon) (note) }
         } @else if task.state == TaskState::Failed
             && task.attempts.last().and_then(|a| a.outcome) == Some(herald_domain::Outcome::TtlExpired)
         {
@@ -302,7 +416,9 @@ pub fn task_state(w: &Words, task: &TaskView) -> Markup {
 #[allow(clippy::too_many_arguments)]
 pub fn review(
     w: &Words,
+    names: &ChannelNames,
     session: &Session,
+    now: herald_domain::Timestamp,
     channels: &[String],
     filter_channel: Option<&str>,
     min_age: Option<u64>,
@@ -316,7 +432,7 @@ pub fn review(
             select #f-channel name="channel" {
                 option value="" selected[filter_channel.is_none()] { (w.filter_any) }
                 @for c in channels {
-                    option value=(c) selected[filter_channel == Some(c.as_str())] { (c) }
+                    option value=(c) selected[filter_channel == Some(c.as_str())] { (names.shown(c)) }
                 }
             }
             label for="f-age" { (w.filter_min_age) }
@@ -327,15 +443,20 @@ pub fn review(
         @for (parked_at, task, capability) in tasks {
             @let id = task.task_id.0;
             section.task #{"task-" (id)} aria-labelledby={"task-" (id) "-h"} {
-                h2 #{"task-" (id) "-h"} { (w.task) " " (id) " · " (task.channel) " · " (w.user) " " (task.user_id) }
+                h2 #{"task-" (id) "-h"} { (w.task) " " (id) " · " (names.shown(task.channel.as_str())) " · " (w.user) " " (task.user_id) }
                 dl {
                     dt { (w.notification) } dd { a href={"/console/notifications/" (task.notification_ref)} { (task.notification_ref) } }
                     dt { (w.reference) } dd { code { (task.reference) } }
-                    dt { (w.parked_since) } dd { (moment(*parked_at)) }
+                    dt { (w.parked_since) } dd { (moment(*parked_at)) " · " span.age { (w.age(now, *parked_at)) } }
                     dt { (w.attempts_spent) } dd { (task.attempt_count) }
                 }
+                @let (happened, reason) = split_last_error(task.last_error.as_deref().unwrap_or(""));
+                @if let Some(happened) = happened.filter(|h| !h.is_empty()) {
+                    h3 { (w.what_happened) }
+                    p.detail { (w.detail(happened)) }
+                }
                 h3 { (w.why_parked) }
-                p.reason { (w.park_reason(task.last_error.as_deref().unwrap_or("—"))) }
+                p.reason { (w.park_reason(reason.unwrap_or("—"))) }
                 h3 { (w.what_to_check) }
                 p.check { (fill(w.check(*capability), &[("ref", &task.reference), ("channel", task.channel.as_str())])) }
                 (timeline(w, &task.attempts))
@@ -344,9 +465,12 @@ pub fn review(
                     label for={"note-" (id)} { (w.note_label) }
                     textarea #{"note-" (id)} name="note" required rows="2" maxlength="2000" {}
                     div.actions {
+                        // No decision is the default by its place: each says something only the operator's
+                        // check can establish. Send again is the one that cannot lose a prompt (at worst
+                        // the person gets it twice), so it is the primary-looking one.
                         button type="submit" name="decision" value="SENT" { (w.mark_sent) }
                         button type="submit" name="decision" value="FAILED" { (w.mark_failed) }
-                        button type="submit" name="decision" value="RESEND" { (w.send_again) }
+                        button.primary type="submit" name="decision" value="RESEND" { (w.send_again) }
                     }
                 }
             }
@@ -372,7 +496,7 @@ pub fn log_form(w: &Words, q: &str, user: &str, event: &str) -> Markup {
 }
 
 /// A notification with every task and its timeline.
-pub fn notification(w: &Words, view: &NotificationView) -> Markup {
+pub fn notification(w: &Words, names: &ChannelNames, view: &NotificationView) -> Markup {
     html! {
         dl {
             dt { (w.user) } dd { a href={"/console/users/" (view.user_id) "/inbox"} { (view.user_id) } }
@@ -384,7 +508,7 @@ pub fn notification(w: &Words, view: &NotificationView) -> Markup {
         @if view.tasks.is_empty() { p { (w.in_app_only) } }
         @for task in &view.tasks {
             section.task #{"task-" (task.task_id)} {
-                h2 { (w.task) " " (task.task_id) " · " (task.channel) }
+                h2 { (w.task) " " (task.task_id) " · " (names.shown(task.channel.as_str())) }
                 p { (task_state(w, task)) }
                 dl {
                     dt { (w.reference) } dd { code { (task.reference) } }
@@ -405,7 +529,7 @@ pub fn inbox_words(w: &Words, c: &InboxChannel) -> String {
     if let Some(decision) = c.last_outcome.and_then(herald_domain::resolve::manual_decision) {
         if decision.state() == c.state && decision != herald_domain::FinalState::Resend {
             return match &c.note {
-                Some(note) => format!("{}: {note}", w.decision(decision)),
+                Some(note) => format!("{}{}{note}", w.decision(decision), w.colon),
                 None => w.decision(decision).to_owned(),
             };
         }
@@ -425,7 +549,13 @@ pub fn inbox_words(w: &Words, c: &InboxChannel) -> String {
 }
 
 /// An inbox: the user's own (with mark-as-read) or, for an operator, read-only.
-pub fn inbox(w: &Words, session: Option<&Session>, items: &[InboxItem], next: Option<String>) -> Markup {
+pub fn inbox(
+    w: &Words,
+    names: &ChannelNames,
+    session: Option<&Session>,
+    items: &[InboxItem],
+    next: Option<String>,
+) -> Markup {
     html! {
         @if items.is_empty() { p { (w.inbox_empty) } }
         ol.inbox {
@@ -440,8 +570,11 @@ pub fn inbox(w: &Words, session: Option<&Session>, items: &[InboxItem], next: Op
                     ul.channels {
                         @if item.channels.is_empty() { li { (w.in_app_only) } }
                         @for c in &item.channels {
-                            li { span.channel { (c.channel) } ": " span.status { (inbox_words(w, c)) } }
+                            li { span.channel { (names.shown(c.channel.as_str())) } (w.colon) span.status { (inbox_words(w, c)) } }
                         }
+                    }
+                    @if session.is_none() {
+                        p { a href={"/console/notifications/" (item.notification_ref)} { (w.open_notification) " " (item.notification_ref) } }
                     }
                     @if let (Some(session), None) = (session, item.read_at) {
                         form.inline method="post" action={"/console/me/inbox/" (item.notification_ref) "/read"} {
@@ -459,8 +592,10 @@ pub fn inbox(w: &Words, session: Option<&Session>, items: &[InboxItem], next: Op
 /// The user's channel settings. `pending_confirm`: the channel whose test was just accepted.
 pub fn channels(
     w: &Words,
+    names: &ChannelNames,
     session: &Session,
     prefs: &[(String, Option<ChannelPref>)],
+    tested: Option<(&str, &Flash)>,
     pending_confirm: Option<&str>,
 ) -> Markup {
     html! {
@@ -470,7 +605,7 @@ pub fn channels(
             @let verified = pref.as_ref().is_some_and(|p| p.verified);
             @let enabled = pref.as_ref().is_some_and(|p| p.enabled);
             section.card #{"ch-" (channel)} aria-labelledby={"ch-" (channel) "-h"} {
-                h2 #{"ch-" (channel) "-h"} { (channel) }
+                h2 #{"ch-" (channel) "-h"} { (names.shown(channel)) }
                 p.facts {
                     span.fact { @if set { (w.dest_set) } @else { (w.dest_not_set) } }
                     " · " span.fact { @if verified { (w.verified) } @else { (w.not_verified) } }
@@ -489,6 +624,12 @@ pub fn channels(
                 form.inline method="post" action={"/console/me/channels/" (channel) "/test"} {
                     (csrf(session))
                     button type="submit" disabled[!set] { (w.send_test) }
+                }
+                @if let Some((_, result)) = tested.filter(|(c, _)| *c == channel.as_str()) {
+                    @match result {
+                        Flash::Info(text) => p.flash.info role="status" { strong { (w.test_result_label) (w.colon) } (text) },
+                        Flash::Error(text) => p.flash.error role="alert" { strong { (w.test_result_label) (w.colon) } (text) },
+                    }
                 }
                 @if pending_confirm == Some(channel.as_str()) {
                     form.inline method="post" action={"/console/me/channels/" (channel) "/confirm"} {
