@@ -28,8 +28,12 @@ pg_which="$(sed -n 's/^# //p' <<<"$pg_out" | tail -n 1)"
 export DATABASE_URL
 say "PostgreSQL: ${pg_which:-DATABASE_URL}, $(sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#' <<<"$DATABASE_URL")"
 
-# The console's browser journeys (tests/tests/browser.rs) need Debian's Chromium and chromedriver.
+# The console's browser journeys (tests/tests/browser.rs) need Debian's Chromium and chromedriver, and
+# axe-core (npm pack, pinned) to check every page they visit.
 scripts/ensure-chromium.sh </dev/null
+HERALD_AXE="$(scripts/ensure-axe.sh </dev/null | tail -n 1)"
+export HERALD_AXE
+say "axe-core: $HERALD_AXE"
 
 # The e-mail and Web Push tests' real peers (aiosmtpd, http_ece, cryptography), in a virtual environment
 # of the project's own when python3 lacks them; the tests run the interpreter HERALD_PYTHON names.

@@ -44,8 +44,8 @@ pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
 pub use rows::PARKED;
 pub use store::{create_database_if_missing, database_of, DatabaseReady, PgStore, Planning};
 pub use views::{
-    ATTEMPTS_OF_TASKS, COMPACT_TASK_TALLY, INBOX_PAGE, NOTIFICATION_BY_EVENT, NOTIFICATION_BY_REF,
-    NOTIFICATION_BY_REFERENCE, OUTCOME_COUNTS, PARKED_PAGE, TASK_TALLY,
+    ATTEMPTS_OF_TASKS, COMPACT_TASK_TALLY, DECIDED_COUNTS, INBOX_PAGE, NOTIFICATION_BY_EVENT, NOTIFICATION_BY_REF,
+    NOTIFICATION_BY_REFERENCE, OUTCOME_BUCKETS, OUTCOME_COUNTS, PARKED_BUCKETS, PARKED_PAGE, TASK_TALLY,
 };
 
 /// The embedded migrations (folder `migrations/` at the workspace root), as `sqlx::migrate!` would embed

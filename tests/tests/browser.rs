@@ -90,13 +90,33 @@ struct Browser {
     secrets: Vec<String>,
 }
 
+/// axe-core's script (`scripts/ensure-axe.sh`): `HERALD_AXE`, else where that script puts it.
+fn axe_source() -> &'static str {
+    static AXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    AXE.get_or_init(|| {
+        let path = std::env::var_os("HERALD_AXE").map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/axe-core/axe-4.14.1.min.js"),
+            PathBuf::from,
+        );
+        std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("axe-core is missing at {} ({e}): run scripts/ensure-axe.sh (npm pack axe-core)", path.display())
+        })
+    })
+}
+
 impl Browser {
     async fn start(base: &str, accept_language: &str, secrets: Vec<String>) -> Browser {
+        Browser::start_in(base, accept_language, "UTC", secrets).await
+    }
+
+    /// A browser whose clock reads in the time zone `tz` (an IANA name).
+    async fn start_in(base: &str, accept_language: &str, tz: &str, secrets: Vec<String>) -> Browser {
         let chromium = program("HERALD_CHROMIUM", "/usr/bin/chromium");
         let chromedriver = program("HERALD_CHROMEDRIVER", "/usr/bin/chromedriver");
         let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
         let driver = tokio::process::Command::new(chromedriver)
             .arg(format!("--port={port}"))
+            .env("TZ", tz)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -163,7 +183,30 @@ impl Browser {
             .await
             .expect("accessibility checks");
         assert_eq!(problems, json!([]), "accessibility problems on {}", self.path().await);
+        self.axe().await;
         html
+    }
+
+    /// Runs axe-core on the page: no serious or critical violation.
+    async fn axe(&self) {
+        let loaded = self.client.execute("return typeof window.axe === 'object';", vec![]).await.expect("axe?");
+        if loaded != json!(true) {
+            self.client.execute(&format!("{}\nreturn null;", axe_source()), vec![]).await.expect("inject axe-core");
+        }
+        let found = self
+            .client
+            .execute_async(
+                r"const done = arguments[arguments.length - 1];
+                  axe.run(document, { resultTypes: ['violations'] })
+                    .then(r => done(r.violations
+                      .filter(v => v.impact === 'serious' || v.impact === 'critical')
+                      .map(v => v.impact + ' ' + v.id + ': ' + v.help + ' at ' + v.nodes.map(n => n.target.join(' ')).join(', '))))
+                    .catch(e => done(['axe-core failed: ' + e]));",
+                vec![],
+            )
+            .await
+            .expect("axe-core runs");
+        assert_eq!(found, json!([]), "axe-core: serious or critical violations on {}", self.path().await);
     }
 
     async fn path(&self) -> String {
@@ -474,7 +517,10 @@ async fn journey_send_again_leads_to_a_new_fenced_attempt() {
     b.goto("/console/review").await;
     b.fill(&format!("#note-{task}"), "user says nothing arrived").await;
     let page = b.click(&format!("#task-{task} button[value='RESEND']")).await;
-    assert!(page.contains(&format!("Task {task}: sent again at an operator's request.")), "{page}");
+    assert!(
+        page.contains(&format!("Task {task}: queued to be sent again, as an operator asked.")),
+        "the banner says queued, not sent (nothing was sent yet): {page}"
+    );
     let view = task_view(&world, &notification, task).await;
     assert_eq!((view.state, view.outcome_uncertain, view.attempt_count), (TaskState::Pending, false, 0));
 
@@ -790,4 +836,110 @@ async fn journey_two_real_herald_serve_processes_share_a_session_and_a_decision_
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!("journey real herald serve x2, shared session, decision words: passed");
+}
+
+/// The console's second pass (issue 43) as an operator and a user see it, in English and in Chinese,
+/// in a browser whose clock reads in Shanghai: times in the viewer's zone with UTC on hover, the overview's
+/// chart, the review queue's ages and decisions, the delivery log by event key alone and by user, the 404
+/// page, the sign-in page, and a test send's result beside its channel. axe-core checks every page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journey_the_second_pass_pages_in_both_languages_and_the_viewers_time_zone() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
+    let _one = serial().await;
+    let world = World::with(ClockMode::Manual, |configs| {
+        let miao = configs.iter_mut().find(|c| c.name == "miao").expect("miao");
+        miao.display_name = Some("WeChat reminder".to_owned());
+    })
+    .await
+    .expect("world");
+    let api = Api::start(&world).await.expect("api");
+    world.user("kim", &["miao"]).await.unwrap();
+    let accepted = submit(&api, "kim", "ord-40").await["notification_id"].as_str().map(str::to_owned).unwrap();
+    drain(&world).await;
+    let (_, lost) = parked(&world, &api, "lee", "ord-41").await;
+    world.user("mo", &["miao"]).await.unwrap();
+    submit(&api, "mo", "ord-42").await;
+    world.miao.script_for(&World::destination("mo", "miao"), Script::Garbage);
+    drain(&world).await;
+    world.manual.advance(Millis::from_secs(7 * 60));
+
+    let b = Browser::start_in(&api.base, "en-US", "Asia/Shanghai", secrets(&["kim", "lee", "mo"])).await;
+    let page = b.goto("/console/login").await;
+    assert!(!page.contains("Admin token") && page.contains("Access token"), "{page}");
+    b.screenshot("40-sign-in.png").await;
+    b.sign_in_operator().await;
+    b.goto("/console/login").await;
+    assert_eq!(b.path().await, "/console/overview", "a signed-in visitor of the sign-in page is sent on");
+
+    // The review queue: ages, the decisions, what happened and why, times in Shanghai with UTC on hover.
+    let page = b.goto("/console/review").await;
+    assert!(page.contains("7 min ago"), "{page}");
+    assert!(page.contains("HTTP 200 with an unrecognised text") && !page.contains("connection broke: outcome"));
+    let (shown, hover) = {
+        let t = b.client.find(Locator::Css("section.task time")).await.expect("a time");
+        (t.text().await.expect("text"), t.attr("title").await.expect("title").unwrap_or_default())
+    };
+    assert!(shown.contains("GMT+8"), "the viewer's zone: {shown}");
+    assert!(hover.ends_with(" UTC"), "UTC on hover: {hover}");
+    b.screenshot("41-review-ages-and-decisions.png").await;
+    b.fill(&format!("#note-{lost}"), "lee asked for it again").await;
+    let page = b.click(&format!("#task-{lost} button[value='RESEND']")).await;
+    assert!(page.contains("queued to be sent again"), "{page}");
+    drain(&world).await;
+
+    // The overview: the chart, its numbers one click away, the operator's decisions apart.
+    let page = b.goto("/console/overview").await;
+    assert_eq!(page.matches("<svg").count(), 2, "{page}");
+    assert!(page.contains("WeChat reminder"), "the display name");
+    b.client.find(Locator::Css("#chart-hour details summary")).await.expect("summary").click().await.expect("open");
+    b.screenshot("42-overview-chart.png").await;
+
+    // The delivery log: an event key alone says why; a user id lists the user's notifications, with links.
+    b.goto("/console/log").await;
+    b.fill("#event", "ord-40").await;
+    let page = b.click("form.filters button[type=submit]").await;
+    assert!(page.contains("An event key is unique per user"), "{page}");
+    b.screenshot("43-log-event-key-alone.png").await;
+    b.fill("#event", "").await;
+    b.fill("#user", "kim").await;
+    let page = b.click("form.filters button[type=submit]").await;
+    assert!(page.contains(&format!("href=\"/console/notifications/{accepted}\"")), "{page}");
+    b.screenshot("44-user-notifications.png").await;
+    b.click(&format!("a[href='/console/notifications/{accepted}']")).await;
+    assert_eq!(b.path().await, format!("/console/notifications/{accepted}"));
+
+    let page = b.goto("/console/nowhere").await;
+    assert!(page.contains("There is no console page at this address."), "{page}");
+    b.screenshot("45-not-found.png").await;
+
+    // The same in Chinese.
+    b.goto("/console/overview?lang=zh").await;
+    b.client.find(Locator::Css("#chart-day details summary")).await.expect("summary").click().await.expect("open");
+    b.screenshot("46-overview-chart-zh.png").await;
+    let page = b.goto("/console/review").await;
+    assert!(page.contains("尝试次数") && page.contains("分钟前"), "{page}");
+    assert!(page.contains("应答文字无法识别"), "the detail in Chinese: {page}");
+    b.screenshot("47-review-zh.png").await;
+    b.goto("/console/nowhere").await;
+    b.screenshot("48-not-found-zh.png").await;
+    b.close().await;
+
+    // A user's test send: the result beside the channel, by its display name; reloading sends nothing.
+    let u = Browser::start_in(&api.base, "zh-CN", "Asia/Shanghai", secrets(&["kim", "lee", "mo"])).await;
+    u.sign_in_user(&api, "kim").await;
+    let page = u.goto("/console/me/inbox").await;
+    assert!(page.contains("WeChat reminder"), "{page}");
+    u.goto("/console/me/channels").await;
+    let sends = world.miao.sends();
+    let page = u.click("#ch-miao form.inline button[type=submit]").await;
+    assert!(page.contains("第三方已接受（WeChat reminder）"), "{page}");
+    assert_eq!(u.path().await, "/console/me/channels", "a redirect after the POST");
+    u.screenshot("49-test-result-beside-channel-zh.png").await;
+    u.client.refresh().await.expect("reload");
+    u.page().await;
+    assert_eq!(world.miao.sends(), sends + 1, "reloading the result sends nothing");
+    u.close().await;
+    println!("journey second pass (times in the viewer's zone, chart, log, 404, test result): passed");
 }

@@ -311,6 +311,18 @@ async fn every_console_query_is_served_by_an_index() {
             let q = format!("EXPLAIN {}", herald_postgres::OUTCOME_COUNTS);
             sqlx::query_scalar(&q).bind(at).fetch_all(&mut conn).await.expect("plan")
         }),
+        ("outcome buckets", "delivery_attempt_recent", {
+            let q = format!("EXPLAIN {}", herald_postgres::OUTCOME_BUCKETS);
+            sqlx::query_scalar(&q).bind(at).bind(60_000_i64).fetch_all(&mut conn).await.expect("plan")
+        }),
+        ("parked buckets", "delivery_task_parked", {
+            let q = format!("EXPLAIN {}", herald_postgres::PARKED_BUCKETS);
+            sqlx::query_scalar(&q).bind(at).bind(60_000_i64).fetch_all(&mut conn).await.expect("plan")
+        }),
+        ("decided counts", "delivery_attempt_decided", {
+            let q = format!("EXPLAIN {}", herald_postgres::DECIDED_COUNTS);
+            sqlx::query_scalar(&q).fetch_all(&mut conn).await.expect("plan")
+        }),
     ];
     for (name, index, plan) in plans {
         let text = plan.join("\n");

@@ -308,29 +308,28 @@ fn chart(w: &Words, id: &str, title: &str, ago: &str, chart: &Chart) -> Markup {
     html! {
         section.chart #(id) aria-labelledby={(id) "-h"} {
             h2 #{(id) "-h"} { (title) }
-            svg role="img" aria-labelledby={(id) "-t " (id) "-d"} viewBox="0 0 720 200" width="100%" xmlns="http://www.w3.org/2000/svg" {
+            svg role="img" aria-labelledby={(id) "-t " (id) "-d"} viewBox="0 0 720 175" width="100%" xmlns="http://www.w3.org/2000/svg" {
                 title #{(id) "-t"} { (title) }
                 desc #{(id) "-d"} { (desc) }
                 line x1=(x0) y1=(y1) x2=(x1) y2=(y1) stroke="#4a5563" {}
                 line x1=(x0) y1=(y0) x2=(x0) y2=(y1) stroke="#4a5563" {}
-                text x=(x0 - 4.0) y=(y1) text-anchor="end" font-size="11" fill="#1b1f24" { "0" }
-                text x=(x0 - 4.0) y=(y0 + 8.0) text-anchor="end" font-size="11" fill="#1b1f24" { (top) }
-                text x="12" y=((y0 + y1) / 2.0) font-size="11" fill="#1b1f24" transform={"rotate(-90 12 " ((y0 + y1) / 2.0) ")"} text-anchor="middle" { (w.chart_axis) }
-                text x=(x0) y=(y1 + 14.0) font-size="11" fill="#1b1f24" { (ago) }
-                text x=(x1) y=(y1 + 14.0) font-size="11" fill="#1b1f24" text-anchor="end" { (w.chart_now) }
+                text x=(x0 - 4.0) y=(y1) text-anchor="end" font-size="13" fill="#1b1f24" { "0" }
+                text x=(x0 - 4.0) y=(y0 + 8.0) text-anchor="end" font-size="13" fill="#1b1f24" { (top) }
+                text x="12" y=((y0 + y1) / 2.0) font-size="13" fill="#1b1f24" transform={"rotate(-90 12 " ((y0 + y1) / 2.0) ")"} text-anchor="middle" { (w.chart_axis) }
+                text x=(x0) y=(y1 + 14.0) font-size="13" fill="#1b1f24" { (ago) }
+                text x=(x1) y=(y1 + 14.0) font-size="13" fill="#1b1f24" text-anchor="end" { (w.chart_now) }
                 @for (x, y, width, height, colour) in &rects {
                     rect x=(x) y=(y) width=(width) height=(height) fill=(colour) {}
                 }
                 @for (cx, cy) in &dots {
                     circle cx=(cx) cy=(cy) r="3" fill="#1b1f24" {}
                 }
+            }
+            ul.legend aria-hidden="true" {
                 @for (k, label) in classes.iter().enumerate() {
-                    @let lx = x0 + 150.0 * count_f64(k);
-                    rect x=(lx) y=(y1 + 24.0) width="10" height="10" fill=(CLASS_COLOURS[k]) {}
-                    text x=(lx + 14.0) y=(y1 + 33.0) font-size="11" fill="#1b1f24" { (label) }
+                    li { span class={"swatch c" (k)} {} (label) }
                 }
-                circle cx=(x0 + 605.0) cy=(y1 + 29.0) r="3" fill="#1b1f24" {}
-                text x=(x0 + 612.0) y=(y1 + 33.0) font-size="11" fill="#1b1f24" { (w.ch_parked) }
+                li { span.dot {} (w.ch_parked) }
             }
             p.chart-desc { (desc) }
             details {
@@ -458,7 +457,7 @@ pub fn review(
                 h3 { (w.why_parked) }
                 p.reason { (w.park_reason(reason.unwrap_or("—"))) }
                 h3 { (w.what_to_check) }
-                p.check { (fill(w.check(*capability), &[("ref", &task.reference), ("channel", task.channel.as_str())])) }
+                p.check { (fill(w.check(*capability), &[("ref", &task.reference), ("channel", names.shown(task.channel.as_str()))])) }
                 (timeline(w, &task.attempts))
                 form.resolve method="post" action={"/console/tasks/" (id) "/resolve"} {
                     (csrf(session))
