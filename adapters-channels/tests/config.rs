@@ -150,3 +150,22 @@ fn url_errors_do_not_repeat_the_url() {
     let err = config.validate().expect_err("scheme refused").to_string();
     assert!(!err.contains("s3cr3t"), "{err}");
 }
+
+#[test]
+fn a_display_name_is_what_the_console_shows_and_a_bad_one_is_refused_by_its_key() {
+    let config = one(r#"
+        [[channel]]
+        name = "miao"
+        display_name = "微信提醒 (Miaotixing)"
+        kind = "miaotixing"
+        url = "https://miaotixing.com"
+        "#);
+    config.validate().expect("valid");
+    assert_eq!(config.display_name.as_deref(), Some("微信提醒 (Miaotixing)"));
+    for bad in ["", "   ", "a\u{7}b", &"x".repeat(61)] {
+        let mut config = config.clone();
+        config.display_name = Some(bad.to_owned());
+        let err = config.validate().expect_err("refused").to_string();
+        assert!(err.contains("display_name"), "{bad:?}: {err}");
+    }
+}
