@@ -165,6 +165,9 @@ async fn a_console_path_that_does_not_exist_answers_a_page() {
     let page = s.operator.get("/console/nowhere/at-all").await;
     assert_eq!(page.status, StatusCode::NOT_FOUND);
     assert!(page.body.starts_with("<!DOCTYPE html>") && page.body.contains("Not found."), "{}", page.body);
+    let posted = s.operator.post("/console/nowhere", "").await;
+    assert_eq!(posted.status, StatusCode::NOT_FOUND, "a form posted to no page: {}", posted.body);
+    assert!(posted.body.starts_with("<!DOCTYPE html>"), "{}", posted.body);
     let anonymous = reqwest::get(format!("{}/console/nowhere", s.api.base)).await.expect("answer");
     assert_eq!(anonymous.status(), StatusCode::NOT_FOUND);
     assert!(anonymous.text().await.expect("body").contains("<h1>"), "a page, not the API's problem document");

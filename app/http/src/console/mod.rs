@@ -70,7 +70,7 @@ pub fn router() -> Router<ApiState> {
         .route("/console/me/channels/{channel}/confirm", post(confirm_channel))
         .route("/console/static/console.css", get(|| async { static_file("text/css; charset=utf-8", CSS) }))
         .route("/console/static/console.js", get(|| async { static_file("text/javascript; charset=utf-8", JS) }))
-        .route("/console/{*rest}", get(not_found))
+        .route("/console/{*rest}", axum::routing::any(not_found))
 }
 
 /// A console address that names no page: the console's own page, not the API's problem document.
