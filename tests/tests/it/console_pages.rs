@@ -230,3 +230,27 @@ async fn channels_are_shown_by_their_display_name() {
     let overview = operator.get("/console/overview").await.body;
     assert!(overview.contains("WeChat reminder"), "{overview}");
 }
+
+#[tokio::test]
+async fn the_charts_put_each_attempt_in_its_own_bucket() {
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    let api = Api::start(&world).await.expect("api");
+    world.user("eve", &["miao"]).await.expect("user");
+    world.submit("eve", "early", HOUR, None).await.expect("submit");
+    drain(&world).await;
+    world.manual.advance(Millis::from_secs(2 * 3600));
+    world.submit("eve", "late", HOUR, None).await.expect("submit");
+    drain(&world).await;
+    let operator = Console::operator(&api, ADMIN_TOKEN).await;
+    let page = operator.get("/console/overview").await.body;
+    let hour = section(&page, "chart-hour");
+    assert!(hour.starts_with("id=\"chart-hour\"") && hour.contains("1 accepted by channel,"), "{hour}");
+    let day = section(&page, "chart-day");
+    assert!(day.contains("2 accepted by channel,"), "{day}");
+    assert_eq!(day.matches("<td>1</td>").count(), 2, "two hours with one acceptance each: {day}");
+    world.manual.advance(Millis::from_secs(23 * 3600));
+    // A day later the session has ended: a new one.
+    let operator = Console::operator(&api, ADMIN_TOKEN).await;
+    let page = operator.get("/console/overview").await.body;
+    assert!(section(&page, "chart-day").contains("1 accepted by channel,"), "the early one left the day");
+}
