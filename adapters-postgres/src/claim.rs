@@ -96,7 +96,8 @@ macro_rules! claim_tail {
              SELECT ",
             task_decision_columns!(),
             ", t.reference, \
-             n.body, COALESCE(t.task_expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination \
+             n.body, COALESCE(t.task_expires_at, n.expires_at) AS expires_at, COALESCE(p.enabled, false) AS pref_enabled, p.destination, \
+             EXISTS (SELECT 1 FROM user_erasure x WHERE x.user_id = t.user_id) AS erased \
              FROM picked t \
              JOIN notification n ON n.user_id = t.user_id AND n.id = t.notification_id \
              LEFT JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel \
@@ -444,6 +445,7 @@ pub(crate) async fn claim_rows(
             task: task.snapshot.clone(),
             budget: task.budget,
             pref_enabled: row.pref_enabled,
+            erased: row.erased,
             expires_at: from_db(row.expires_at),
             capability: rules.contract.capability,
             policy: rules.policy,

@@ -42,8 +42,15 @@ fn is_unavailable_code(code: &str) -> bool {
     code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
 }
 
-/// Classifies a sqlx error: connection trouble is `Unavailable` (retry later), the rest `Unknown`.
+/// Classifies a sqlx error: connection trouble is `Unavailable` (retry later), a write refused because
+/// its user is erased `UserErased`, the rest `Unknown`.
 pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &error {
+        // The guard trigger of migration 0020: a write for an erased user.
+        if db.code().is_some_and(|code| code == "HR410") {
+            return StoreError::UserErased;
+        }
+    }
     let unavailable = match &error {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)

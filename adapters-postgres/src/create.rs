@@ -122,7 +122,20 @@ fn bind_notification<'q, O>(
 /// A submission whose notification exists: nothing is written; the answer is the stored one, its tasks
 /// and digest memberships, with the differences of `new` from it. Under READ COMMITTED the conflicting
 /// insert waited for the other transaction, and these new statements see its committed row.
+///
+/// A repeat for an erased user is refused like a new submission (SPEC §13): the answer would show what
+/// the erasure settled.
 pub(crate) async fn existing(pool: &PgPool, new: &NewNotification) -> Result<Created, StoreError> {
+    let erased: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM user_erasure WHERE user_digest = sha256(convert_to($1, 'UTF8')))",
+    )
+    .bind(new.user_id.as_str())
+    .fetch_one(pool)
+    .await
+    .map_err(store_error)?;
+    if erased {
+        return Err(StoreError::UserErased);
+    }
     let stored: SubmissionRow = sqlx::query_as(SUBMISSION_QUERY)
         .bind(vec![new.user_id.as_str().to_owned()])
         .bind(new.event_key.as_str())
@@ -468,6 +481,19 @@ pub(crate) async fn create_many(
     if !repeats.is_empty() {
         let users: Vec<&str> = repeats.iter().map(|&i| news[i].user_id.as_str()).collect();
         let keys: Vec<&str> = repeats.iter().map(|&i| news[i].event_key.as_str()).collect();
+        // A repeat for an erased user is refused like a new one (SPEC §13).
+        let erased: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) AS u(id) \
+               JOIN user_erasure e ON e.user_digest = sha256(convert_to(u.id, 'UTF8')))",
+        )
+        .bind(&users)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(store_error)?;
+        if erased {
+            tx.rollback().await.map_err(store_error)?;
+            return Err(StoreError::UserErased);
+        }
         // A new statement: under READ COMMITTED it sees the rows a conflicting insert waited for.
         let stored: Vec<SubmissionRow> = sqlx::query_as(SUBMISSIONS_OF_PAIRS)
             .bind(&users)

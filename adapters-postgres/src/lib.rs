@@ -13,6 +13,7 @@
 //! * `clock` — [`PgClock`]; `notify` — the wake-up `create` sends, and the [`TaskListener`];
 //! * `transition` — the two writes the claim and the manual resolution share;
 //! * `create`, `claim`, `finish`, `resolve`, `read` — the write paths; `views` — the read models;
+//! * `lifecycle` — erasure of a user (SPEC §13);
 //! * `store` — [`PgStore`] and its implementation of every store role, delegating to the above;
 //! * `prefs` — the `PreferenceStore` implementation; `sessions` — the `SessionStore` implementation (the
 //!   console's sessions and sign-in links); `negative` — the test-only unsafe variants.
@@ -23,6 +24,7 @@ mod convert;
 mod create;
 mod create_batch;
 mod finish;
+mod lifecycle;
 mod notify;
 mod prefs;
 mod read;

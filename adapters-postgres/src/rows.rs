@@ -159,8 +159,10 @@ pub(crate) struct ClaimRow {
     pub pref_enabled: bool,
     /// The encrypted destination (never decrypted here).
     pub destination: Option<Vec<u8>>,
+    /// The user was erased (SPEC §13): the claim settles the task without a call.
+    pub erased: bool,
 }
-from_row!(ClaimRow { reference, body, expires_at, pref_enabled, destination } flatten { task });
+from_row!(ClaimRow { reference, body, expires_at, pref_enabled, destination, erased } flatten { task });
 
 impl ClaimRow {
     /// The channel, for ordering a batch before any egress row is locked.

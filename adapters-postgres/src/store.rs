@@ -14,8 +14,9 @@ use herald_domain::{
 };
 use herald_ports::store::prelude::*;
 use herald_ports::store::{
-    ChannelTable, ClaimBatch, ClaimRequest, Created, EgressSlot, FinishRecord, FinishResult, GiveBack, InboxCursor,
-    InboxItem, MarkRead, NewNotification, NotificationView, OutcomeBucket, OutcomeCount, ParkedBucket, ParkedFilter,
+    ChannelTable, ClaimBatch, ClaimRequest, Created, EgressSlot, Erasure, ErasureRecord, FinishRecord, FinishResult,
+    GiveBack, InboxCursor, InboxItem, MarkRead, NewNotification, NotificationView, OutcomeBucket, OutcomeCount,
+    ParkedBucket, ParkedFilter,
     ParkedTask, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView, TestSendGrant,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -25,7 +26,7 @@ use crate::clock::PgClock;
 use crate::convert::store_error;
 use crate::create_batch::CreateQueue;
 use crate::notify::{Announcer, TaskListener};
-use crate::{claim, create, finish, read, resolve, test_send, views};
+use crate::{claim, create, finish, lifecycle, read, resolve, test_send, views};
 
 /// How the connections of a pool plan the statements they keep prepared (sqlx prepares every query once
 /// per connection and runs it again by name).
@@ -453,6 +454,17 @@ impl InboxStore for PgStore {
         now: Timestamp,
     ) -> Result<MarkRead, StoreError> {
         read::mark_read(&self.pool, user, notification, now).await
+    }
+}
+
+#[async_trait]
+impl LifecycleStore for PgStore {
+    async fn erase(&self, user: &UserId, actor: &str, now: Timestamp) -> Result<Erasure, StoreError> {
+        lifecycle::erase(&self.pool, user, actor, now).await
+    }
+
+    async fn erasure(&self, user: &UserId) -> Result<Option<ErasureRecord>, StoreError> {
+        lifecycle::erasure(&self.pool, user).await
     }
 }
 

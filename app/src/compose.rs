@@ -103,6 +103,7 @@ pub async fn connect_sized(config: &Config, command: &str, max_connections: u32)
         herald_ports::StoreError::Unavailable(cause) | herald_ports::StoreError::Unknown(cause) => {
             cause.context("database.url")
         }
+        herald_ports::StoreError::UserErased => anyhow::anyhow!("database.url: unexpected answer"),
     })
 }
 
@@ -123,6 +124,7 @@ pub async fn prepare_migration(config: &Config, command: &str, force: bool) -> a
         herald_ports::StoreError::Unavailable(cause) | herald_ports::StoreError::Unknown(cause) => {
             cause.context("database.url")
         }
+        herald_ports::StoreError::UserErased => anyhow::anyhow!("database.url: unexpected answer"),
     })?;
     if !force && MAINTENANCE_DATABASES.contains(&database.as_str()) {
         let how = if command == "migrate" {
@@ -145,6 +147,7 @@ pub async fn prepare_migration(config: &Config, command: &str, force: bool) -> a
         Err(herald_ports::StoreError::Unavailable(cause) | herald_ports::StoreError::Unknown(cause)) => {
             Err(cause.context("database.url"))
         }
+        Err(herald_ports::StoreError::UserErased) => Err(anyhow::anyhow!("database.url: unexpected answer")),
     }
 }
 

@@ -18,6 +18,9 @@ pub struct ClaimContext {
     pub budget: u32,
     /// The user's switch for this channel, read in the claim transaction.
     pub pref_enabled: bool,
+    /// The user was erased (SPEC §13), read in the claim transaction: nothing is handed to a channel.
+    #[serde(default)]
+    pub erased: bool,
     pub expires_at: Timestamp,
     pub capability: Capability,
     pub policy: Policy,
@@ -124,6 +127,9 @@ pub fn decide_claim(ctx: &ClaimContext, now: Timestamp) -> ClaimDecision {
         transition: Transition::park(uncertain_since, reason.text()),
     };
 
+    if ctx.erased {
+        return ClaimDecision::Settle { superseded, record: Some(Outcome::UserErased), transition: erased(uncertain) };
+    }
     if !ctx.pref_enabled {
         return if uncertain {
             park(ParkReason::PrefDisabledUncertain)
@@ -162,6 +168,25 @@ pub fn decide_claim(ctx: &ClaimContext, now: Timestamp) -> ClaimDecision {
         None => park(ParkReason::NoSafeAction),
     }
 }
+
+/// How a task of an erased user is settled (SPEC §13), at its erasure or at the claim that finds the
+/// erasure: never handed to a channel again. Without uncertain history it is `SUPPRESSED`; a task whose
+/// earlier attempt may have been accepted is never written down as not sent (§6), so it stays `UNKNOWN`
+/// and uncertain — but no longer waits for a person (there is no one left to prompt, and a resend is
+/// exactly what erasure forbids): not parked, never scheduled again, closed with the reason.
+#[must_use]
+pub fn erased(uncertain: bool) -> Transition {
+    if uncertain {
+        Transition::close(TaskState::Unknown, true, Some(ERASED_UNCERTAIN))
+    } else {
+        Transition::close(TaskState::Suppressed, false, Some(ERASED))
+    }
+}
+
+/// The reason an erasure writes on a task it suppressed.
+pub const ERASED: &str = "user erased";
+/// The reason an erasure writes on an uncertain task it closed (a parked one leaves the review queue).
+pub const ERASED_UNCERTAIN: &str = "user erased: an earlier attempt may have been accepted";
 
 /// Time a worker needs after a call to store its outcome. The lease must cover the client timeout plus
 /// this (SPEC §4); configuration is checked against it at start-up.
@@ -209,6 +234,7 @@ mod tests {
             task,
             budget: 3,
             pref_enabled: true,
+            erased: false,
             expires_at: NOW + Millis(60_000),
             capability,
             policy: Policy::Safe,
@@ -323,5 +349,29 @@ mod tests {
         let shortest = min_lease(timeout);
         assert!(call_fits_lease(shortest, timeout, Duration::from_millis(START_SLACK.0 - 1)));
         assert!(!call_fits_lease(shortest, timeout, Duration::from_millis(START_SLACK.0)));
+    }
+
+    #[test]
+    fn an_erased_users_task_is_never_called_and_never_parked() {
+        for capability in [Capability::Idempotent, Capability::Neither] {
+            for state in [TaskState::Pending, TaskState::Unknown, TaskState::Sending] {
+                for uncertain in [false, true] {
+                    let mut c = ctx(state, uncertain, capability);
+                    c.erased = true;
+                    // Even with the switch off and the notification expired, the erasure is the reason.
+                    c.pref_enabled = false;
+                    c.expires_at = NOW;
+                    let ClaimDecision::Settle { record, transition, .. } = decide_claim(&c, NOW) else {
+                        panic!("an erased user's task was not settled: {state:?} {uncertain}");
+                    };
+                    assert_eq!(record, Some(Outcome::UserErased));
+                    assert!(!transition.is_parked() && transition.next_attempt_at.is_none());
+                    let may_have_been_sent = uncertain || state == TaskState::Sending;
+                    let expected = if may_have_been_sent { TaskState::Unknown } else { TaskState::Suppressed };
+                    assert_eq!(transition.state, expected, "{state:?} uncertain={uncertain}");
+                    assert_eq!(transition.outcome_uncertain, may_have_been_sent);
+                }
+            }
+        }
     }
 }

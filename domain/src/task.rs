@@ -129,6 +129,8 @@ pub enum Outcome {
     PrefDisabledUncertain,
     TtlExpiredUncertain,
     LeaseExpired,
+    /// The task's user was erased (SPEC §13): settled by the erasure or by the claim that found it.
+    UserErased,
     // Written by a human.
     ManualSent,
     ManualFailed,
@@ -137,7 +139,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 17] = [
+    pub const ALL: [Outcome; 18] = [
         Outcome::Accepted,
         Outcome::AcceptedReplay,
         Outcome::QueryFound,
@@ -152,6 +154,7 @@ impl Outcome {
         Outcome::PrefDisabledUncertain,
         Outcome::TtlExpiredUncertain,
         Outcome::LeaseExpired,
+        Outcome::UserErased,
         Outcome::ManualSent,
         Outcome::ManualFailed,
         Outcome::ManualResend,
@@ -174,6 +177,7 @@ impl Outcome {
             Outcome::PrefDisabledUncertain => "PREF_DISABLED_UNCERTAIN",
             Outcome::TtlExpiredUncertain => "TTL_EXPIRED_UNCERTAIN",
             Outcome::LeaseExpired => "LEASE_EXPIRED",
+            Outcome::UserErased => "USER_ERASED",
             Outcome::ManualSent => "MANUAL_SENT",
             Outcome::ManualFailed => "MANUAL_FAILED",
             Outcome::ManualResend => "MANUAL_RESEND",

@@ -19,9 +19,10 @@ pub use prefs::{ChannelPref, PreferenceStore, StoredDestination};
 pub use sessions::{Credential, NewSession, NewSignInLink, SessionOwner, SessionRole, SessionStore, StoredSession};
 pub use store::{
     AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, Deferred, DeliveryStore, EgressSlot,
-    EgressStore, FinishRecord, FinishResult, InboxChannel, InboxCursor, InboxItem, InboxStore, MarkRead, Merged,
-    NewNotification, NotificationView, OutcomeBucket, OutcomeCount, ParkedBucket, ParkedFilter, ParkedTask, ReadModels,
-    ResolveError, Resolved, ReviewStore, Settled, StoreError, StoredSubmission, SubmissionStore, TaskCount,
+    EgressStore, Erasure, ErasureRecord, FinishRecord, FinishResult, InboxChannel, InboxCursor, InboxItem, InboxStore,
+    LifecycleStore, MarkRead, Merged, NewNotification, NotificationView, OutcomeBucket, OutcomeCount, ParkedBucket,
+    ParkedFilter, ParkedTask, ReadModels, ResolveError, Resolved, ReviewStore, Settled, StoreError, StoredSubmission,
+    SubmissionStore, TaskCount,
     TaskSummary, TaskView, TestSendGrant,
 };
 

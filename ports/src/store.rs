@@ -24,6 +24,9 @@ pub enum StoreError {
     /// Anything else: a bug or an unexpected database state.
     #[error("store failure")]
     Unknown(#[source] anyhow::Error),
+    /// The write was for a user who has been erased (SPEC §13): nothing was written.
+    #[error("the user is erased")]
+    UserErased,
 }
 
 /// A submission of one logical notification (SPEC §3 `create`).
@@ -455,8 +458,9 @@ pub enum ResolveError {
 /// | [`ReviewStore`] | the human exit and the review queue |
 /// | [`InboxStore`] | a user's inbox and mark-as-read |
 /// | [`ReadModels`] | notification views, look-ups for the delivery log, the overview's counts |
+/// | [`LifecycleStore`] | erasure of a user, retention, export (SPEC §13) |
 pub mod prelude {
-    pub use super::{DeliveryStore, EgressStore, InboxStore, ReadModels, ReviewStore, SubmissionStore};
+    pub use super::{DeliveryStore, EgressStore, InboxStore, LifecycleStore, ReadModels, ReviewStore, SubmissionStore};
 }
 
 /// Submissions (SPEC §3 `create`).
@@ -643,4 +647,52 @@ pub trait ReadModels: Send + Sync {
     /// Tasks parked now, counted by the bucket (as [`ReadModels::outcome_buckets`]) in which they parked,
     /// for those that parked since `since`.
     async fn parked_buckets(&self, since: Timestamp, width: Millis) -> Result<Vec<ParkedBucket>, StoreError>;
+}
+
+/// The record of one user's erasure (SPEC §13): who asked, when, what the erasure and each boundary
+/// removed. It holds none of the user's content; after the tombstone boundary not even the user's id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErasureRecord {
+    /// `None` once the record is a tombstone.
+    pub user_id: Option<UserId>,
+    pub requested_at: Timestamp,
+    /// The actor who asked (an admin token's name, an operator).
+    pub requested_by: String,
+    /// Tasks the erasure settled (suppressed, or closed as unknown) in its own transaction.
+    pub settled_tasks: u32,
+    /// Of those, tasks that were parked and left the review queue.
+    pub released_reviews: u32,
+    /// Channel preferences (with their destinations) destroyed.
+    pub destroyed_destinations: u32,
+    /// The content boundary: when it ran and how many notifications' texts it removed.
+    pub content_removed: Option<(Timestamp, u32)>,
+    /// The records boundary: when it ran and how many rows it removed.
+    pub records_removed: Option<(Timestamp, u32)>,
+    pub tombstoned_at: Option<Timestamp>,
+}
+
+/// What asking for an erasure did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Erasure {
+    pub record: ErasureRecord,
+    /// This call recorded the erasure; `false`: it existed before and nothing changed.
+    pub first: bool,
+}
+
+/// Erasure of a user, retention and export (SPEC §13).
+#[cfg_attr(feature = "mocks", mockall::automock)]
+#[async_trait]
+pub trait LifecycleStore: Send + Sync {
+    /// Erases `user` at `now` on `actor`'s request, in one transaction: records the erasure; settles every
+    /// task of the user not handed to a channel (`herald_domain::claim::erased`: `SUPPRESSED`, or closed
+    /// `UNKNOWN` when an earlier attempt may have been accepted — a parked one leaves the review queue),
+    /// each with a `USER_ERASED` attempt row; destroys the user's channel preferences with their
+    /// destinations; ends the user's console sessions. A task in `SENDING` is left to its holder: its
+    /// finish is recorded, and the next claim settles it. Waits for a submission for the user in flight
+    /// and settles what it wrote; a submission after the commit is refused. A second erasure changes
+    /// nothing and answers the first record (`first = false`).
+    async fn erase(&self, user: &UserId, actor: &str, now: Timestamp) -> Result<Erasure, StoreError>;
+
+    /// The erasure record of `user`, if the user was erased.
+    async fn erasure(&self, user: &UserId) -> Result<Option<ErasureRecord>, StoreError>;
 }

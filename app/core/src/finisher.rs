@@ -174,6 +174,7 @@ fn shared(error: &StoreError) -> StoreError {
     match error {
         StoreError::Unavailable(_) => StoreError::Unavailable(text),
         StoreError::Unknown(_) => StoreError::Unknown(text),
+        StoreError::UserErased => StoreError::UserErased,
     }
 }
 

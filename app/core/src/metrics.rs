@@ -114,6 +114,7 @@ pub fn record_cycle_failure(error: &StoreError) {
     let kind = match error {
         StoreError::Unavailable(_) => "unavailable",
         StoreError::Unknown(_) => "unknown",
+        StoreError::UserErased => "user_erased",
     };
     metrics::counter!(CYCLE_FAILURES_TOTAL, "error" => kind).increment(1);
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use herald_domain::{ChannelName, TestSendQuota};
 use herald_ports::{
-    ChannelRegistry, ChannelTable, Clock, DeliveryStore, DestinationCipher, EgressStore, InboxStore, PreferenceStore,
-    ReadModels, ReviewStore, SessionStore, SubmissionStore,
+    ChannelRegistry, ChannelTable, Clock, DeliveryStore, DestinationCipher, EgressStore, InboxStore, LifecycleStore,
+    PreferenceStore, ReadModels, ReviewStore, SessionStore, SubmissionStore,
 };
 
 use crate::worker::{Worker, WorkerConfig};
@@ -25,6 +25,8 @@ pub struct Services {
     pub review: Arc<dyn ReviewStore>,
     pub inbox: Arc<dyn InboxStore>,
     pub reads: Arc<dyn ReadModels>,
+    /// Erasure of a user, retention, export (SPEC §13).
+    pub lifecycle: Arc<dyn LifecycleStore>,
     pub prefs: Arc<dyn PreferenceStore>,
     /// The console's sessions and sign-in links.
     pub sessions: Arc<dyn SessionStore>,
@@ -53,6 +55,7 @@ impl Services {
             + ReviewStore
             + InboxStore
             + ReadModels
+            + LifecycleStore
             + PreferenceStore
             + SessionStore
             + 'static,
@@ -65,6 +68,7 @@ impl Services {
             review: store.clone(),
             inbox: store.clone(),
             reads: store.clone(),
+            lifecycle: store.clone(),
             prefs: store.clone(),
             sessions: store,
             registry,

@@ -240,6 +240,8 @@ impl Worker {
             }
             reports.push(match settled.state {
                 TaskState::Suppressed => Report::Suppressed(settled.task_id),
+                // An erased user's uncertain task is closed UNKNOWN: suppressed too, never "failed".
+                _ if settled.outcome == Some(herald_domain::Outcome::UserErased) => Report::Suppressed(settled.task_id),
                 _ if settled.parked => Report::Parked(settled.task_id),
                 _ => Report::Failed(settled.task_id),
             });

@@ -18,6 +18,7 @@ mod exposure;
 mod facts;
 mod idempotency;
 mod keys_cli;
+mod lifecycle;
 mod manual;
 mod one_path;
 mod preferences;

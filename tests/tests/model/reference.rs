@@ -176,6 +176,7 @@ impl Model {
             task: self.snapshot(task),
             budget: t.row.max_attempts,
             pref_enabled: self.prefs[t.user][t.channel] == Some(true),
+            erased: false,
             expires_at: self.notifications[t.notification].row.expires_at,
             capability: channel.rules.contract.capability,
             policy: channel.rules.policy,

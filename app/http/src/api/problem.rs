@@ -111,6 +111,18 @@ impl Problem {
         }
     }
 
+    /// 410: the request writes for a user who was erased (SPEC §13). Nothing was written: an erased user's
+    /// data does not come back.
+    #[must_use]
+    pub fn user_erased() -> Self {
+        Problem::new(
+            StatusCode::GONE,
+            "user-erased",
+            "User erased",
+            "this user was erased; Herald stores nothing more for them and nothing was written",
+        )
+    }
+
     /// 500 with nothing of the cause: the cause is logged, never answered.
     #[must_use]
     pub fn internal() -> Self {
@@ -144,6 +156,7 @@ impl Problem {
                 tracing::error!(error = ?cause, "store failure");
                 Problem::internal()
             }
+            StoreError::UserErased => Problem::user_erased(),
         }
     }
 

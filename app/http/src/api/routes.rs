@@ -241,6 +241,12 @@ pub fn status_text(channel: &InboxChannel) -> &'static str {
             return herald_core::usecases::decision_words(decision);
         }
     }
+    if channel.last_outcome == Some(Outcome::UserErased) {
+        return match channel.state {
+            TaskState::Unknown => "outcome unknown — user erased, not sent again",
+            _ => "not sent: user erased",
+        };
+    }
     match channel.state {
         TaskState::Sent => "accepted by channel",
         TaskState::Suppressed => "not sent: channel off",

@@ -77,6 +77,7 @@ impl Mocks {
             review: Arc::new(self.review),
             inbox: Arc::new(self.inbox),
             reads: Arc::new(self.reads),
+            lifecycle: Arc::new(herald_ports::store::MockLifecycleStore::new()),
             prefs: Arc::new(self.prefs),
             sessions: Arc::new(herald_ports::sessions::MockSessionStore::new()),
             registry: Arc::new(webhook_registry()),

@@ -768,6 +768,8 @@ impl Words {
             (Outcome::TtlExpiredUncertain, true) => "可能已被接受的尝试之后已过期",
             (Outcome::LeaseExpired, false) => "the worker vanished mid-call: outcome unknown",
             (Outcome::LeaseExpired, true) => "工作进程在调用中消失：结果未知",
+            (Outcome::UserErased, false) => "user erased: nothing more is sent",
+            (Outcome::UserErased, true) => "用户已删除：不再发送",
             (Outcome::ManualSent, _) => self.by_operator_sent,
             (Outcome::ManualFailed, _) => self.by_operator_failed,
             (Outcome::ManualResend, _) => self.by_operator_resend,

@@ -1,0 +1,229 @@
+//! A person's data has an end (SPEC §13): erasure of a user against real PostgreSQL and real stand-ins —
+//! racing submissions, a worker, and a call in flight.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_core::worker::Report;
+use herald_domain::{ChannelName, Millis, TaskState, UserId};
+use herald_ports::prelude::*;
+use herald_ports::StoreError;
+use herald_standin::Script;
+use herald_tests::wait::wait_until;
+use herald_tests::world::{ClockMode, World};
+
+const HOUR: u64 = 3_600_000;
+
+/// Counts rows of `sql` (one `$1`: the user).
+async fn count(world: &World, sql: &str, user: &str) -> i64 {
+    sqlx::query_scalar(sql).bind(user).fetch_one(world.store.pool()).await.expect(sql)
+}
+
+/// Attempts of `user` that called a channel (SEND or QUERY).
+async fn calls_claimed(world: &World, user: &str) -> i64 {
+    count(world, "SELECT count(*) FROM delivery_attempt WHERE user_id = $1 AND action IS NOT NULL", user).await
+}
+
+/// Tasks of `user` a worker could still pick up or a person could still be asked about.
+async fn open_tasks(world: &World, user: &str) -> i64 {
+    count(
+        world,
+        "SELECT count(*) FROM delivery_task WHERE user_id = $1 \
+         AND (state IN ('PENDING', 'SENDING') OR needs_review OR next_attempt_at IS NOT NULL)",
+        user,
+    )
+    .await
+}
+
+/// Every stand-in request addressed to one of `user`'s destinations.
+fn requests_to(world: &World, user: &str) -> u64 {
+    ["push", "sms", "miao"]
+        .iter()
+        .zip([&world.push, &world.sms, &world.miao])
+        .map(|(channel, standin)| standin.requests_to(&World::destination(user, channel)))
+        .sum()
+}
+
+/// The erasure settles what is not in a holder's hands (pending → SUPPRESSED, parked → out of the review
+/// queue), destroys the destinations, leaves the call in flight alone — its outcome (no answer) is
+/// recorded — and the claim that would have retried it settles it instead: the stand-in never hears of
+/// the user again. Later submissions, repeats and preference changes are refused and write nothing; a
+/// second erasure changes nothing; another user is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasure_settles_every_task_and_the_call_in_flight_is_never_repeated() {
+    let world = World::with(ClockMode::Manual, |configs| {
+        let push = configs.iter_mut().find(|c| c.name == "push").expect("push");
+        push.timeout_ms = 1_500;
+    })
+    .await
+    .expect("world");
+    world.user("u1", &["push", "sms", "miao"]).await.expect("u1");
+    world.user("u2", &["push"]).await.expect("u2");
+    let worker = world.worker("w1", 60_000);
+    let services = world.services();
+
+    // A parked task: Miaotixing gives no answer (neither key nor query: parked at once).
+    let first = world.submit("u1", "e0", HOUR, None).await.expect("e0");
+    world.miao.script(Script::Delay(Duration::from_secs(1)));
+    worker.drain(5).await.expect("drain e0");
+    let parked_before = services.review.parked(100).await.expect("review");
+    assert_eq!(parked_before.len(), 1, "the Miaotixing task waits for a person");
+
+    // A call in flight: push accepts and holds its answer past the client's timeout.
+    let in_flight = world.submit("u1", "e1", HOUR, None).await.expect("e1");
+    let push_task = in_flight.tasks.iter().find(|t| t.channel.as_str() == "push").expect("push task").clone();
+    world.push.script(Script::Delay(Duration::from_secs(3)));
+    let cycle = {
+        let worker = world.worker("w2", 60_000);
+        tokio::spawn(async move { worker.run_once().await })
+    };
+    let push_ref = push_task.reference.clone();
+    wait_until("the push call arrived", || async { world.push.requests_for(&push_ref) == 1 }).await;
+
+    // Tasks not yet claimed, of u1 and of u2.
+    let pending = world.submit("u1", "e2", HOUR, None).await.expect("e2");
+    let other = world.submit("u2", "e2", HOUR, None).await.expect("u2 e2");
+    let calls_before = calls_claimed(&world, "u1").await;
+
+    let erased = herald_core::usecases::erase_user(&services, &UserId::from("u1"), "test").await.expect("erase");
+    assert!(erased.first);
+    assert_eq!(erased.record.requested_by, "test");
+    assert_eq!(erased.record.settled_tasks, 4, "e2's three tasks and the parked one: {:?}", erased.record);
+    assert_eq!(erased.record.released_reviews, 1);
+    assert_eq!(erased.record.destroyed_destinations, 3);
+    assert!(services.review.parked(100).await.expect("review").is_empty(), "nothing of u1 is left for review");
+    assert_eq!(count(&world, "SELECT count(*) FROM channel_pref WHERE user_id = $1", "u1").await, 0);
+    let pending_view = services.reads.notification(pending.notification_id).await.expect("view").expect("e2");
+    for task in &pending_view.tasks {
+        assert_eq!(task.state, TaskState::Suppressed, "{task:?}");
+        assert_eq!(task.last_error.as_deref(), Some("user erased"));
+        assert_eq!(task.outcomes(), vec![Some(herald_domain::Outcome::UserErased)], "no call was made");
+    }
+    let released = world.task(first.notification_id, parked_before[0].task_id).await.expect("released");
+    assert!(!released.is_parked() && !released.needs_review);
+    assert_eq!(released.state, TaskState::Unknown, "it may have been sent: never written down as not sent");
+    assert_eq!(released.last_error.as_deref(), Some(herald_domain::claim::ERASED_UNCERTAIN));
+
+    // The call in flight finishes as usual: no answer within the timeout, a retry would be due.
+    let reports = cycle.await.expect("join").expect("cycle");
+    assert!(reports.contains(&Report::Unknown { task: push_task.task_id, parked: false }), "{reports:?}");
+    let after_finish = world.task(in_flight.notification_id, push_task.task_id).await.expect("push task");
+    assert_eq!(after_finish.state, TaskState::Unknown);
+
+    // The claim that would resend it finds the erasure and settles it: no second call.
+    world.advance(60_000);
+    let reports = worker.drain(5).await.expect("drain after erasure");
+    assert!(reports.contains(&Report::Suppressed(push_task.task_id)), "{reports:?}");
+    let settled = world.task(in_flight.notification_id, push_task.task_id).await.expect("push task");
+    assert_eq!(settled.state, TaskState::Unknown, "its first call may have been accepted");
+    assert!(!settled.is_parked() && settled.next_attempt_at.is_none());
+    assert_eq!(settled.outcomes().last(), Some(&Some(herald_domain::Outcome::UserErased)));
+    assert_eq!(world.push.requests_for(&push_ref), 1, "the call in flight was the last one");
+    assert_eq!(calls_claimed(&world, "u1").await, calls_before, "no claim called a channel for u1 after the erasure");
+    assert_eq!(open_tasks(&world, "u1").await, 0, "every task of u1 is settled");
+
+    // Refusals that write nothing.
+    let notifications = count(&world, "SELECT count(*) FROM notification WHERE user_id = $1", "u1").await;
+    assert!(matches!(
+        world.submit("u1", "e3", HOUR, None).await.map_err(|e| e.downcast::<StoreError>()),
+        Err(Ok(StoreError::UserErased))
+    ));
+    assert!(
+        matches!(
+            world.submit("u1", "e0", HOUR, None).await.map_err(|e| e.downcast::<StoreError>()),
+            Err(Ok(StoreError::UserErased))
+        ),
+        "a repeat too"
+    );
+    let put = world.store.put(&UserId::from("u1"), &ChannelName::from("push"), true, Some(vec![1, 2, 3])).await;
+    assert!(put.is_err(), "a destination for an erased user is refused");
+    assert_eq!(count(&world, "SELECT count(*) FROM notification WHERE user_id = $1", "u1").await, notifications);
+    assert_eq!(count(&world, "SELECT count(*) FROM channel_pref WHERE user_id = $1", "u1").await, 0);
+
+    // Idempotent.
+    let again = herald_core::usecases::erase_user(&services, &UserId::from("u1"), "someone else").await.expect("again");
+    assert!(!again.first);
+    assert_eq!(again.record, erased.record, "the second erasure answers the first record and changes nothing");
+
+    // Another user is untouched.
+    let other_task = world.task(other.notification_id, other.tasks[0].task_id).await.expect("u2 task");
+    assert_eq!(other_task.state, TaskState::Sent, "u2's notification went out as usual");
+    assert_eq!(world.push.sends_to(&World::destination("u2", "push")), 1);
+    let _ = Millis::ZERO;
+}
+
+/// Submissions racing the erasure, and a worker draining meanwhile: each submission is either stored
+/// before the erasure (and then settled by it) or refused; after the erasure commits no claim calls a
+/// channel for the user, every call a stand-in received for the user belongs to an attempt claimed
+/// before, and nothing of the user is open or parked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn erasure_racing_submissions_and_a_worker_stops_every_disclosure_at_its_commit() {
+    let world = Arc::new(World::new(ClockMode::Database).await.expect("world"));
+    world.user("u1", &["push", "sms"]).await.expect("u1");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut submitters = Vec::new();
+    for s in 0..4 {
+        let (world, stop) = (Arc::clone(&world), Arc::clone(&stop));
+        submitters.push(tokio::spawn(async move {
+            let (mut stored, mut refused, mut n) = (0u32, 0u32, 0u32);
+            while !stop.load(Ordering::Relaxed) {
+                match world.submit("u1", &format!("race-{s}-{n}"), HOUR, None).await {
+                    Ok(_) => stored += 1,
+                    Err(e) => match e.downcast::<StoreError>() {
+                        Ok(StoreError::UserErased) => refused += 1,
+                        other => panic!("a submission failed otherwise: {other:?}"),
+                    },
+                }
+                n += 1;
+            }
+            (stored, refused)
+        }));
+    }
+    let draining = {
+        let (world, stop) = (Arc::clone(&world), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let worker = world.worker("w1", 60_000);
+            while !stop.load(Ordering::Relaxed) {
+                worker.run_once().await.expect("cycle");
+            }
+        })
+    };
+    wait_until("some deliveries for u1", || async { requests_to(&world, "u1") >= 10 }).await;
+
+    let erased =
+        herald_core::usecases::erase_user(&world.services(), &UserId::from("u1"), "test").await.expect("erase");
+    let claimed_at_erasure = calls_claimed(&world, "u1").await;
+    let notifications_at_erasure = count(&world, "SELECT count(*) FROM notification WHERE user_id = $1", "u1").await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut stored, mut refused) = (0, 0);
+    for s in submitters {
+        let (a, b) = s.await.expect("submitter");
+        stored += a;
+        refused += b;
+    }
+    draining.await.expect("worker");
+    // What was in flight at the erasure finishes; the erasure's own record counts what it settled.
+    wait_until("no call in flight", || async {
+        count(&world, "SELECT count(*) FROM delivery_task WHERE user_id = $1 AND state = 'SENDING'", "u1").await == 0
+    })
+    .await;
+    world.worker("w2", 60_000).drain(20).await.expect("drain");
+
+    assert!(refused > 0, "submissions after the erasure were refused (stored {stored})");
+    assert_eq!(
+        count(&world, "SELECT count(*) FROM notification WHERE user_id = $1", "u1").await,
+        notifications_at_erasure,
+        "no submission was stored after the erasure committed"
+    );
+    assert_eq!(calls_claimed(&world, "u1").await, claimed_at_erasure, "no claim called a channel after the erasure");
+    let requests = i64::try_from(requests_to(&world, "u1")).expect("count");
+    assert!(requests <= claimed_at_erasure, "every call a stand-in received was claimed before the erasure");
+    assert_eq!(open_tasks(&world, "u1").await, 0, "every task settled, nothing parked");
+    assert!(erased.record.settled_tasks > 0 || stored > 0);
+    println!(
+        "erasure race: {stored} stored, {refused} refused, {requests} calls, {} tasks settled by the erasure",
+        erased.record.settled_tasks
+    );
+}
