@@ -60,6 +60,24 @@ pub enum Command {
     /// The console's sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// A person's data: erasure (SPEC §13).
+    #[command(subcommand)]
+    Users(UsersCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Erase a user: from its commit nothing more is sent to them, every task not yet handed to a channel
+    /// is settled, their destinations are destroyed, later submissions for them are refused. Repeating it
+    /// changes nothing.
+    Erase {
+        /// The user id.
+        #[arg(value_name = "USER")]
+        user_id: String,
+        /// Who asks, recorded with the erasure (default: the operating-system user running the command).
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+    },
 }
 
 /// `herald init`.
@@ -335,6 +353,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", review_resolve(&services, TaskId(args.task), final_state, &args.note).await?);
             Ok(())
         }
+        Command::Users(UsersCommand::Erase { user_id, by }) => {
+            if let Err(problem) = herald_domain::check_user_id(&user_id) {
+                return Err(ConfigError::new("USER", problem.to_string()).into());
+            }
+            let services = store_services(&config, "users erase").await?;
+            let actor = by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "command line".to_owned());
+            let actor = format!("{actor} (command line)");
+            let erasure = usecases::erase_user(&services, &UserId::new(user_id), &actor)
+                .await
+                .context("cannot erase the user")?;
+            println!("{}", erasure_words(&erasure));
+            Ok(())
+        }
         Command::Keys(KeysCommand::Rotate { batch }) => {
             crate::logging::init(&config);
             let (_, services) = compose::services_from_config(&config, "keys rotate", false).await?;
@@ -463,6 +494,22 @@ pub async fn review_list(services: &Services, limit: u32) -> anyhow::Result<Stri
         ));
     }
     Ok(out)
+}
+
+/// What `herald users erase` prints: the record, in words.
+#[must_use]
+pub fn erasure_words(erasure: &herald_ports::Erasure) -> String {
+    let r = &erasure.record;
+    let when = herald_http::api::model::rfc3339(r.requested_at);
+    if erasure.first {
+        format!(
+            "user erased at {when} by {}: {} task(s) settled ({} left the review queue), {} destination(s) destroyed; \
+             nothing more will be sent to this user",
+            r.requested_by, r.settled_tasks, r.released_reviews, r.destroyed_destinations
+        )
+    } else {
+        format!("the user was erased before, at {when} by {}; nothing changed", r.requested_by)
+    }
 }
 
 /// Resolves one parked task; a task that is not parked is an error that says nothing changed.

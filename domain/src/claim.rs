@@ -174,7 +174,6 @@ pub fn decide_claim(ctx: &ClaimContext, now: Timestamp) -> ClaimDecision {
 /// earlier attempt may have been accepted is never written down as not sent (§6), so it stays `UNKNOWN`
 /// and uncertain — but no longer waits for a person (there is no one left to prompt, and a resend is
 /// exactly what erasure forbids): not parked, never scheduled again, closed with the reason.
-#[must_use]
 pub fn erased(uncertain: bool) -> Transition {
     if uncertain {
         Transition::close(TaskState::Unknown, true, Some(ERASED_UNCERTAIN))

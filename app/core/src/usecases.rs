@@ -799,6 +799,37 @@ pub async fn rotate_keys(
     Ok(report)
 }
 
+/// Who asked for an erasure, as its record keeps it (SPEC §14: every human act records its actor).
+pub const ERASED_BY_API: &str = "admin token (API)";
+/// The console's operator, as an erasure record names them.
+pub const ERASED_BY_CONSOLE: &str = "operator (console)";
+
+/// Erases a user (SPEC §13), once: from the commit no task of theirs is handed to a channel — every task
+/// not in a holder's hands is settled (`SUPPRESSED`, or closed `UNKNOWN` with the reason when an earlier
+/// attempt may have been accepted; a parked one leaves the review queue), the destinations are destroyed,
+/// later submissions and preference changes for the user are refused (`StoreError::UserErased`, writing
+/// nothing). A call already in flight is not recalled: its outcome is recorded, and the claim that would
+/// retry it settles it instead. A second erasure changes nothing and answers the first record.
+///
+/// # Errors
+/// Store failures.
+pub async fn erase_user(services: &Services, user: &UserId, actor: &str) -> Result<herald_ports::Erasure, StoreError> {
+    let now = services.clock.now().await?;
+    let erasure = services.lifecycle.erase(user, actor, now).await?;
+    if erasure.first {
+        // The user's id is not logged: the log is a copy the erasure cannot reach.
+        tracing::info!(
+            settled = erasure.record.settled_tasks,
+            released_reviews = erasure.record.released_reviews,
+            destroyed_destinations = erasure.record.destroyed_destinations,
+            actor,
+            "user erased"
+        );
+        metrics::counter!("herald_erasures_total").increment(1);
+    }
+    Ok(erasure)
+}
+
 #[cfg(test)]
 mod tests {
     use herald_ports::cipher::MockDestinationCipher;
@@ -830,35 +861,4 @@ mod tests {
         let report = rotate_keys(&prefs, &cipher, 10).await.expect("rotates");
         assert_eq!(report, RotationReport { examined: 3, rotated: 1, skipped: 1, ..RotationReport::default() });
     }
-}
-
-/// Who asked for an erasure, as its record keeps it (SPEC §14: every human act records its actor).
-pub const ERASED_BY_API: &str = "admin token (API)";
-/// The console's operator, as an erasure record names them.
-pub const ERASED_BY_CONSOLE: &str = "operator (console)";
-
-/// Erases a user (SPEC §13), once: from the commit no task of theirs is handed to a channel — every task
-/// not in a holder's hands is settled (`SUPPRESSED`, or closed `UNKNOWN` with the reason when an earlier
-/// attempt may have been accepted; a parked one leaves the review queue), the destinations are destroyed,
-/// later submissions and preference changes for the user are refused (`StoreError::UserErased`, writing
-/// nothing). A call already in flight is not recalled: its outcome is recorded, and the claim that would
-/// retry it settles it instead. A second erasure changes nothing and answers the first record.
-///
-/// # Errors
-/// Store failures.
-pub async fn erase_user(services: &Services, user: &UserId, actor: &str) -> Result<herald_ports::Erasure, StoreError> {
-    let now = services.clock.now().await?;
-    let erasure = services.lifecycle.erase(user, actor, now).await?;
-    if erasure.first {
-        // The user's id is not logged: the log is a copy the erasure cannot reach.
-        tracing::info!(
-            settled = erasure.record.settled_tasks,
-            released_reviews = erasure.record.released_reviews,
-            destroyed_destinations = erasure.record.destroyed_destinations,
-            actor,
-            "user erased"
-        );
-        metrics::counter!("herald_erasures_total").increment(1);
-    }
-    Ok(erasure)
 }

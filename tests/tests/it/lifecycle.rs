@@ -227,3 +227,73 @@ async fn erasure_racing_submissions_and_a_worker_stops_every_disclosure_at_its_c
         erased.record.settled_tasks
     );
 }
+
+/// The API, the command line and the console's action call one use case. The API is admin only (a
+/// service token and the user's own token are refused and write nothing), answers 202 with the record,
+/// 200 with the same record on a repeat; a submission for the erased user is then 410 and writes
+/// nothing. The command line erases another user and says so; repeating it says nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_and_the_command_line_erase_through_one_use_case_and_only_for_an_admin() {
+    use herald_tests::api::{Api, ADMIN_TOKEN, SERVICE_TOKEN};
+    use reqwest::StatusCode;
+    let world = World::new(ClockMode::Database).await.expect("world");
+    world.user("u1", &["push"]).await.expect("u1");
+    world.user("u2", &["push"]).await.expect("u2");
+    world.submit("u1", "before", HOUR, None).await.expect("submit");
+    let api = Api::start(&world).await.expect("api");
+    let path = "/v1/users/u1/erasure";
+    let empty = serde_json::json!({});
+
+    for token in [SERVICE_TOKEN.to_owned(), api.user_token("u1")] {
+        let refused = api.post(path, Some(&token), &empty).await;
+        refused.problem(StatusCode::FORBIDDEN);
+    }
+    api.post(path, None, &empty).await.problem(StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        count(&world, "SELECT count(*) FROM user_erasure WHERE user_id = $1", "u1").await,
+        0,
+        "a refusal writes nothing"
+    );
+    api.post("/v1/users/bad%20id/erasure", Some(ADMIN_TOKEN), &empty).await.problem(StatusCode::UNPROCESSABLE_ENTITY);
+
+    let first = api.post(path, Some(ADMIN_TOKEN), &empty).await.ok(StatusCode::ACCEPTED);
+    assert_eq!(first["user_id"], "u1");
+    assert_eq!(first["erased_now"], true);
+    assert_eq!(first["settled_tasks"], 1);
+    assert_eq!(first["destroyed_destinations"], 1);
+    assert_eq!(first["requested_by"], herald_core::usecases::ERASED_BY_API);
+    let again = api.post(path, Some(ADMIN_TOKEN), &empty).await.ok(StatusCode::OK);
+    assert_eq!(again["erased_now"], false);
+    assert_eq!(again["requested_at"], first["requested_at"], "the repeat answers the first record");
+
+    let submit = serde_json::json!({"user_id": "u1", "event_key": "after", "body": "late", "ttl_seconds": 60});
+    let gone = api.post("/v1/notifications", Some(SERVICE_TOKEN), &submit).await.problem(StatusCode::GONE);
+    assert_eq!(gone["type"], "urn:herald:problem:user-erased");
+    let put = serde_json::json!({"destination": "https://example.org/hook", "enabled": true});
+    api.put("/v1/users/u1/channels/push", Some(ADMIN_TOKEN), &put).await.problem(StatusCode::GONE);
+    assert_eq!(
+        count(&world, "SELECT count(*) FROM notification WHERE user_id = $1 AND event_key = 'after'", "u1").await,
+        0
+    );
+
+    let herald = |args: &[&str]| {
+        std::process::Command::new(herald_tests::bins::binary("herald"))
+            .args(args)
+            .env("HERALD__DATABASE__URL", &world.db.url)
+            .env_remove("HERALD_CONFIG")
+            .output()
+            .expect("herald runs")
+    };
+    let out = herald(&["users", "erase", "u2", "--by", "ops-alice"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("user erased") && text.contains("ops-alice") && text.contains("1 destination(s) destroyed"),
+        "{text}"
+    );
+    let out = herald(&["users", "erase", "u2"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing changed"));
+    let out = herald(&["users", "erase", "bad id"]);
+    assert_eq!(out.status.code(), Some(2), "a bad user id is a usage error naming the argument");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("USER"));
+}

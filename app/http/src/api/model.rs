@@ -662,6 +662,53 @@ pub struct ReadBody {
     pub changed: bool,
 }
 
+/// The record of a user's erasure (SPEC §13): who asked, when, and what was removed. It holds none of
+/// the user's content.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErasureBody {
+    /// The erased user; absent once the record is a pseudonymous tombstone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    pub requested_at: String,
+    pub requested_by: String,
+    /// True when this request erased the user; false for a repeat, which changed nothing.
+    pub erased_now: bool,
+    /// Tasks the erasure settled: suppressed, or closed as "outcome unknown" when an earlier attempt may
+    /// have been accepted. None of them is handed to a channel again.
+    pub settled_tasks: u32,
+    /// Of those, tasks that were waiting for review and left the queue.
+    pub released_reviews: u32,
+    /// Channel preferences destroyed with their destinations.
+    pub destroyed_destinations: u32,
+    /// When the user's content (bodies, inbox) was removed, if it has been.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_removed_at: Option<String>,
+    /// When the delivery records were removed, if they have been.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records_removed_at: Option<String>,
+    /// When the record became a tombstone, if it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tombstoned_at: Option<String>,
+}
+
+impl From<herald_ports::Erasure> for ErasureBody {
+    fn from(e: herald_ports::Erasure) -> Self {
+        let r = e.record;
+        ErasureBody {
+            user_id: r.user_id.map(|u| u.to_string()),
+            requested_at: rfc3339(r.requested_at),
+            requested_by: r.requested_by,
+            erased_now: e.first,
+            settled_tasks: r.settled_tasks,
+            released_reviews: r.released_reviews,
+            destroyed_destinations: r.destroyed_destinations,
+            content_removed_at: r.content_removed.map(|(at, _)| rfc3339(at)),
+            records_removed_at: r.records_removed.map(|(at, _)| rfc3339(at)),
+            tombstoned_at: r.tombstoned_at.map(rfc3339),
+        }
+    }
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ResolvedBody {
     pub task_id: i64,

@@ -10,9 +10,10 @@ use herald_ports::{InboxChannel, MarkRead, NotificationView};
 use super::auth::{Administrator, Authenticated, Submitter, UserAccess};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::model::{
-    rfc3339, CreatedBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody, InboxItemBody,
-    NotificationBody, PageQuery, PreferenceBody, PutPreference, ReadBody, RecipientCreated, ResolveRequest,
-    ResolvedBody, ReviewBody, ReviewTaskBody, SignInLinkBody, SubmitEvent, SubmitNotification, TaskBody,
+    rfc3339, CreatedBody, ErasureBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody,
+    InboxItemBody, NotificationBody, PageQuery, PreferenceBody, PutPreference, ReadBody, RecipientCreated,
+    ResolveRequest, ResolvedBody, ReviewBody, ReviewTaskBody, SignInLinkBody, SubmitEvent, SubmitNotification,
+    TaskBody,
 };
 use super::problem::{FieldError, Problem};
 use crate::state::ApiState;
@@ -30,6 +31,7 @@ type ApiResult<T> = Result<T, Problem>;
         (status = 200, description = "Duplicate `(user_id, event_key)`: the existing notification", body = CreatedBody),
         (status = 409, description = "The `(user_id, event_key)` was used before for a notification with another body, TTL, thread or budget; nothing was written",
          body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The user was erased; nothing was written", body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not a service token", body = Problem, content_type = "application/problem+json"),
@@ -63,6 +65,7 @@ pub async fn submit_notification(
          body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "A recipient was erased; nothing was written", body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -161,6 +164,7 @@ fn check_path_user(errors: &mut Errors, user_id: &str) {
         (status = 409, description = "`enabled: true` without a `destination`, and none is usable in store: none \
          was ever given, or the push service said the stored Web Push subscription expired; nothing was written",
          body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The user was erased; nothing was written", body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -391,6 +395,37 @@ pub async fn resolve_task(
     let (final_state, note) = request.validate()?;
     let resolved = herald_core::usecases::resolve(&state.services(), TaskId(task_id), final_state, &note).await?;
     Ok(Json(ResolvedBody { task_id: resolved.task_id.0, state: resolved.state.to_string() }))
+}
+
+/// Erase a user (SPEC §13), admin only. In one transaction: the erasure is recorded (who, when), every
+/// task of the user not yet handed to a channel is settled (suppressed; "outcome unknown" when an earlier
+/// attempt may have been accepted; a parked one leaves the review queue), the user's destinations are
+/// destroyed. A call already in flight is not recalled; nothing is sent again. Later submissions and
+/// preference changes for the user answer 410 and write nothing. 202 for the erasure (its later
+/// boundaries still to come), 200 with the same record for a repeat, which changes nothing.
+#[utoipa::path(
+    post, path = "/v1/users/{user_id}/erasure", tag = "lifecycle",
+    params(("user_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "Erased now", body = ErasureBody),
+        (status = 200, description = "Erased before; nothing changed", body = ErasureBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn erase_user(
+    State(state): State<ApiState>,
+    _: Administrator,
+    ApiPath(user_id): ApiPath<String>,
+) -> ApiResult<Response> {
+    let mut errors = Errors::default();
+    check_path_user(&mut errors, &user_id);
+    errors.finish(|| Some(()))?;
+    let erasure = usecases::erase_user(&state.services(), &UserId::new(user_id), usecases::ERASED_BY_API).await?;
+    let status = if erasure.first { StatusCode::ACCEPTED } else { StatusCode::OK };
+    Ok((status, Json(ErasureBody::from(erasure))).into_response())
 }
 
 /// Mark an inbox item read. Repeating it changes nothing: the first time stays and `changed` is false.

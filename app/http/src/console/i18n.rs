@@ -213,6 +213,13 @@ pub struct Words {
     pub expires: &'static str,
     pub in_app_only: &'static str,
     pub user_inbox_title: &'static str,
+    pub erase_title: &'static str,
+    pub erase_explain: &'static str,
+    pub erase_confirm: &'static str,
+    pub erase_button: &'static str,
+    pub erase_done: &'static str,
+    pub erase_repeat: &'static str,
+    pub erase_mismatch: &'static str,
 
     pub inbox_title: &'static str,
     pub inbox_empty: &'static str,
@@ -424,6 +431,15 @@ pub static EN: Words = Words {
     expires: "Expires",
     in_app_only: "in-app only",
     user_inbox_title: "Inbox of user",
+    erase_title: "Erase this user",
+    erase_explain: "From the moment it is recorded nothing more is sent to this user: every notification not yet \
+                    handed to a channel is settled, their destinations are destroyed, later submissions for them are \
+                    refused. A call already under way is not recalled. This cannot be undone.",
+    erase_confirm: "Type the user id to confirm",
+    erase_button: "Erase user",
+    erase_done: "The user was erased: nothing more will be sent to them.",
+    erase_repeat: "This user was erased before; nothing changed.",
+    erase_mismatch: "The id typed does not match this user; nothing was erased.",
 
     inbox_title: "Your inbox",
     inbox_empty: "Nothing here yet.",
@@ -616,6 +632,14 @@ pub static ZH: Words = Words {
     expires: "过期于",
     in_app_only: "仅站内",
     user_inbox_title: "用户的消息",
+    erase_title: "删除此用户",
+    erase_explain: "记录之后不再向此用户发送任何内容：所有尚未交给渠道的通知都会结束，其接收地址被销毁，之后为其提交的通知会被拒绝。\
+                    已在进行中的调用不会被撤回。此操作无法撤销。",
+    erase_confirm: "输入用户 ID 以确认",
+    erase_button: "删除用户",
+    erase_done: "该用户已删除：不会再向其发送任何内容。",
+    erase_repeat: "该用户此前已删除；没有任何改变。",
+    erase_mismatch: "输入的 ID 与此用户不符；未删除任何内容。",
 
     inbox_title: "我的消息",
     inbox_empty: "暂无消息。",

@@ -62,6 +62,7 @@ pub fn router() -> Router<ApiState> {
         .route("/console/log", get(log))
         .route("/console/notifications/{id}", get(notification))
         .route("/console/users/{user_id}/inbox", get(user_inbox))
+        .route("/console/users/{user_id}/erasure", post(erase_user))
         .route("/console/me/inbox", get(my_inbox))
         .route("/console/me/inbox/{id}/read", post(mark_read))
         .route("/console/me/channels", get(my_channels))
@@ -743,7 +744,47 @@ async fn inbox_response(
         None
     };
     let session = if own { ctx.session.as_ref() } else { None };
-    ctx.page(StatusCode::OK, title, None, pages::inbox(ctx.w(), &state.console.channel_names, session, &items, next))
+    let erase = match (own, ctx.session.as_ref()) {
+        (false, Some(operator)) => Some(pages::erase_form(ctx.w(), operator, &encode_path(user.as_str()))),
+        _ => None,
+    };
+    let content = maud::html! { (pages::inbox(ctx.w(), &state.console.channel_names, session, &items, next)) @if let Some(form) = erase { (form) } };
+    ctx.page(StatusCode::OK, title, None, content)
+}
+
+#[derive(Deserialize, Default)]
+struct EraseForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    confirm: String,
+}
+
+/// An operator erases a user (SPEC §13), through the same use case as the API and the command line.
+async fn erase_user(
+    ctx: Ctx,
+    State(state): State<ApiState>,
+    Path(user_id): Path<String>,
+    Form(form): Form<EraseForm>,
+) -> Response {
+    if let Err(r) = ctx.operator() {
+        return r;
+    }
+    if let Err(refused) = ctx.check_csrf(&form.csrf) {
+        return refused;
+    }
+    let w = ctx.w();
+    if herald_domain::check_user_id(&user_id).is_err() {
+        return ctx.message(StatusCode::NOT_FOUND, w.not_found);
+    }
+    if form.confirm.trim() != user_id {
+        return ctx.message(StatusCode::UNPROCESSABLE_ENTITY, w.erase_mismatch);
+    }
+    match usecases::erase_user(&state.services(), &UserId::new(user_id), usecases::ERASED_BY_CONSOLE).await {
+        Ok(erasure) if erasure.first => ctx.message(StatusCode::OK, w.erase_done),
+        Ok(_) => ctx.message(StatusCode::OK, w.erase_repeat),
+        Err(_) => ctx.store_down(),
+    }
 }
 
 /// An operator's read-only view of one user's inbox (the delivery log by user id).

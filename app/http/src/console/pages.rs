@@ -547,6 +547,22 @@ pub fn inbox_words(w: &Words, c: &InboxChannel) -> String {
     .to_owned()
 }
 
+/// The operator's erasure form under a user's inbox (SPEC §13): the id must be typed again.
+pub fn erase_form(w: &Words, session: &Session, user_id: &str) -> Markup {
+    html! {
+        section.erase {
+            h2 { (w.erase_title) }
+            p { (w.erase_explain) }
+            form method="post" action={"/console/users/" (user_id) "/erasure"} {
+                (csrf(session))
+                label { (w.erase_confirm) " " input type="text" name="confirm" autocomplete="off" required; }
+                " "
+                button.danger type="submit" { (w.erase_button) }
+            }
+        }
+    }
+}
+
 /// An inbox: the user's own (with mark-as-read) or, for an operator, read-only.
 pub fn inbox(
     w: &Words,
