@@ -536,6 +536,7 @@ async fn operations_endpoints() {
         "/v1/users/{user_id}/inbox",
         "/v1/review",
         "/v1/tasks/{task_id}/resolve",
+        "/v1/users/{user_id}/erasure",
         "/healthz",
         "/readyz",
         "/metrics",
