@@ -1,9 +1,10 @@
-//! A person's data has an end (SPEC §13): the erasure of a user, in one transaction.
+//! A person's data has an end (SPEC §13): the erasure of a user, in one transaction; the purge — retention
+//! for every user and the three boundaries after an erasure — in bounded batches; the purge's lease.
 
 use chrono::{DateTime, Utc};
 use herald_domain::claim::erased;
 use herald_domain::{Outcome, Timestamp, UserId};
-use herald_ports::store::{Erasure, ErasureRecord, StoreError};
+use herald_ports::store::{Erasure, ErasureRecord, PurgeCutoffs, PurgeReport, StoreError};
 use sqlx::{PgConnection, PgPool};
 
 use crate::convert::{count_u32, from_db, opt_from_db, store_error, to_db};
@@ -162,4 +163,224 @@ pub(crate) async fn erasure(pool: &PgPool, user: &UserId) -> Result<Option<Erasu
             .await
             .map_err(store_error)?;
     Ok(row.map(ErasureRecord::from))
+}
+
+/// `LifecycleStore::take_lease`: the job's row is taken when free (absent, or its lease over at `$3`) or
+/// already this holder's.
+pub(crate) async fn take_lease(
+    pool: &PgPool,
+    job: &str,
+    holder: &str,
+    now: Timestamp,
+    until: Timestamp,
+) -> Result<bool, StoreError> {
+    let taken: Option<String> = sqlx::query_scalar(
+        "INSERT INTO lifecycle_lease (job, holder, until) VALUES ($1, $2, $4) \
+         ON CONFLICT (job) DO UPDATE SET holder = EXCLUDED.holder, until = EXCLUDED.until \
+         WHERE lifecycle_lease.holder = EXCLUDED.holder OR lifecycle_lease.until < $3 \
+         RETURNING holder",
+    )
+    .bind(job)
+    .bind(holder)
+    .bind(to_db(now))
+    .bind(to_db(until))
+    .fetch_optional(pool)
+    .await
+    .map_err(store_error)?;
+    Ok(taken.is_some())
+}
+
+/// Removes the notifications `(users[i], ids[i])` with everything hanging off them — attempts, digest
+/// memberships (theirs, and those pointing at their tasks), inbox items, tasks — in one transaction of
+/// five statements. Answers how many notifications were removed.
+async fn remove_notifications(conn: &mut PgConnection, users: &[String], ids: &[i64]) -> Result<u32, StoreError> {
+    const PAIRS: &str = "unnest($1::text[], $2::bigint[]) AS n(user_id, id)";
+    let statements = [
+        format!(
+            "DELETE FROM delivery_attempt a USING delivery_task t, {PAIRS} \
+             WHERE t.user_id = n.user_id AND t.notification_id = n.id AND a.user_id = t.user_id AND a.task_id = t.id"
+        ),
+        format!(
+            "DELETE FROM digest_member d USING {PAIRS} WHERE d.user_id = n.user_id AND (d.notification_id = n.id \
+             OR d.digest_task_id IN (SELECT t.id FROM delivery_task t WHERE t.user_id = n.user_id AND t.notification_id = n.id))"
+        ),
+        format!("DELETE FROM inbox_item i USING {PAIRS} WHERE i.user_id = n.user_id AND i.notification_id = n.id"),
+        format!("DELETE FROM delivery_task t USING {PAIRS} WHERE t.user_id = n.user_id AND t.notification_id = n.id"),
+        format!("DELETE FROM notification x USING {PAIRS} WHERE x.user_id = n.user_id AND x.id = n.id"),
+    ];
+    let mut removed = 0;
+    for statement in &statements {
+        removed = sqlx::query(statement)
+            .bind(users)
+            .bind(ids)
+            .execute(&mut *conn)
+            .await
+            .map_err(store_error)?
+            .rows_affected();
+    }
+    Ok(u32::try_from(removed).unwrap_or(u32::MAX))
+}
+
+/// A notification none of whose tasks is still due, in a holder's hands, or waiting for a person.
+const FINISHED: &str =
+    "NOT EXISTS (SELECT 1 FROM delivery_task t WHERE t.user_id = n.user_id AND t.notification_id = n.id \
+     AND (t.state IN ('PENDING', 'SENDING') OR t.needs_review OR t.next_attempt_at IS NOT NULL))";
+
+/// Retention for every user: pages of the oldest notifications by id (the primary key's order, which is
+/// the order they were made in), each page's finished ones older than the window removed in a
+/// transaction of its own that locks them with `SKIP LOCKED` (a claim never locks a finished task or a
+/// notification). Stops at the first page holding a notification younger than the window.
+async fn purge_finished(pool: &PgPool, before: Timestamp, batch: u32) -> Result<u32, StoreError> {
+    let mut after = 0i64;
+    let mut removed = 0;
+    loop {
+        let page: Vec<(String, i64, bool)> = sqlx::query_as(
+            "SELECT n.user_id, n.id, n.created_at < $2 FROM notification n WHERE n.id > $1 ORDER BY n.id LIMIT $3",
+        )
+        .bind(after)
+        .bind(to_db(before))
+        .bind(i64::from(batch))
+        .fetch_all(pool)
+        .await
+        .map_err(store_error)?;
+        let Some(last) = page.last() else { break };
+        after = last.1;
+        let young = page.iter().any(|(_, _, old)| !old);
+        let (users, ids): (Vec<String>, Vec<i64>) =
+            page.into_iter().filter(|(_, _, old)| *old).map(|(user, id, _)| (user, id)).unzip();
+        if !ids.is_empty() {
+            let mut tx = pool.begin().await.map_err(store_error)?;
+            let due: Vec<(String, i64)> = sqlx::query_as(&format!(
+                "SELECT n.user_id, n.id FROM notification n JOIN unnest($1::text[], $2::bigint[]) AS c(user_id, id) \
+                 ON n.user_id = c.user_id AND n.id = c.id WHERE {FINISHED} FOR UPDATE OF n SKIP LOCKED"
+            ))
+            .bind(&users)
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(store_error)?;
+            let (users, ids): (Vec<String>, Vec<i64>) = due.into_iter().unzip();
+            removed += remove_notifications(&mut tx, &users, &ids).await?;
+            tx.commit().await.map_err(store_error)?;
+        }
+        if young {
+            break;
+        }
+    }
+    Ok(removed)
+}
+
+/// Runs `statement` (`$1` the user, `$2` the batch) until it changes no row; answers the rows changed.
+async fn in_batches(pool: &PgPool, statement: &str, user: &str, batch: u32) -> Result<u32, StoreError> {
+    let mut total = 0u64;
+    loop {
+        let n = sqlx::query(statement)
+            .bind(user)
+            .bind(i64::from(batch))
+            .execute(pool)
+            .await
+            .map_err(store_error)?
+            .rows_affected();
+        total += n;
+        if n == 0 {
+            return Ok(u32::try_from(total).unwrap_or(u32::MAX));
+        }
+    }
+}
+
+/// The erasures due at a boundary: requested before `$1`, the boundary not run (`$2`: its column).
+async fn due_erasures(pool: &PgPool, column: &str, before: Timestamp, extra: &str) -> Result<Vec<String>, StoreError> {
+    sqlx::query_scalar(&format!(
+        "SELECT user_id FROM user_erasure WHERE {column} IS NULL AND requested_at < $1 AND user_id IS NOT NULL {extra} \
+         ORDER BY requested_at LIMIT 100"
+    ))
+    .bind(to_db(before))
+    .fetch_all(pool)
+    .await
+    .map_err(store_error)
+}
+
+/// `LifecycleStore::purge`.
+pub(crate) async fn purge(pool: &PgPool, c: &PurgeCutoffs) -> Result<PurgeReport, StoreError> {
+    let mut report = PurgeReport {
+        finished_notifications: purge_finished(pool, c.finished_before, c.batch).await?,
+        ..PurgeReport::default()
+    };
+
+    // Content: bodies blanked, inbox items removed.
+    for user in due_erasures(pool, "content_removed_at", c.content_before, "").await? {
+        let blanked = in_batches(
+            pool,
+            "UPDATE notification SET body = '' WHERE user_id = $1 AND id IN \
+               (SELECT id FROM notification WHERE user_id = $1 AND body <> '' LIMIT $2)",
+            &user,
+            c.batch,
+        )
+        .await?;
+        in_batches(
+            pool,
+            "DELETE FROM inbox_item WHERE user_id = $1 AND notification_id IN \
+               (SELECT notification_id FROM inbox_item WHERE user_id = $1 LIMIT $2)",
+            &user,
+            c.batch,
+        )
+        .await?;
+        sqlx::query("UPDATE user_erasure SET content_removed_at = $2, content_removed = $3 WHERE user_id = $1")
+            .bind(&user)
+            .bind(to_db(c.now))
+            .bind(i32::try_from(blanked).unwrap_or(i32::MAX))
+            .execute(pool)
+            .await
+            .map_err(store_error)?;
+        report.content_boundaries += 1;
+    }
+
+    // Records: every notification of the user with its tasks and attempts, and the ended sessions.
+    for user in due_erasures(pool, "records_removed_at", c.records_before, "AND content_removed_at IS NOT NULL").await?
+    {
+        let mut removed = 0;
+        loop {
+            let ids: Vec<i64> =
+                sqlx::query_scalar("SELECT id FROM notification WHERE user_id = $1 ORDER BY id LIMIT $2")
+                    .bind(&user)
+                    .bind(i64::from(c.batch))
+                    .fetch_all(pool)
+                    .await
+                    .map_err(store_error)?;
+            if ids.is_empty() {
+                break;
+            }
+            let users = vec![user.clone(); ids.len()];
+            let mut tx = pool.begin().await.map_err(store_error)?;
+            removed += remove_notifications(&mut tx, &users, &ids).await?;
+            tx.commit().await.map_err(store_error)?;
+        }
+        sqlx::query("DELETE FROM console_session WHERE user_id = $1")
+            .bind(&user)
+            .execute(pool)
+            .await
+            .map_err(store_error)?;
+        sqlx::query("UPDATE user_erasure SET records_removed_at = $2, records_removed = $3 WHERE user_id = $1")
+            .bind(&user)
+            .bind(to_db(c.now))
+            .bind(i32::try_from(removed).unwrap_or(i32::MAX))
+            .execute(pool)
+            .await
+            .map_err(store_error)?;
+        report.records_boundaries += 1;
+    }
+
+    // The tombstone: the record no longer names the user (the digest stays, so a submission is still refused).
+    let tombstones = sqlx::query(
+        "UPDATE user_erasure SET user_id = NULL, tombstoned_at = $2 \
+         WHERE tombstoned_at IS NULL AND records_removed_at IS NOT NULL AND requested_at < $1",
+    )
+    .bind(to_db(c.tombstone_before))
+    .bind(to_db(c.now))
+    .execute(pool)
+    .await
+    .map_err(store_error)?
+    .rows_affected();
+    report.tombstones = u32::try_from(tombstones).unwrap_or(u32::MAX);
+    Ok(report)
 }

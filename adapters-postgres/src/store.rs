@@ -16,8 +16,8 @@ use herald_ports::store::prelude::*;
 use herald_ports::store::{
     ChannelTable, ClaimBatch, ClaimRequest, Created, EgressSlot, Erasure, ErasureRecord, FinishRecord, FinishResult,
     GiveBack, InboxCursor, InboxItem, MarkRead, NewNotification, NotificationView, OutcomeBucket, OutcomeCount,
-    ParkedBucket, ParkedFilter,
-    ParkedTask, ResolveError, Resolved, StoreError, StoredSubmission, TaskCount, TaskView, TestSendGrant,
+    ParkedBucket, ParkedFilter, ParkedTask, PurgeCutoffs, PurgeReport, ResolveError, Resolved, StoreError,
+    StoredSubmission, TaskCount, TaskView, TestSendGrant,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection as _, Executor as _, PgConnection, PgPool};
@@ -465,6 +465,14 @@ impl LifecycleStore for PgStore {
 
     async fn erasure(&self, user: &UserId) -> Result<Option<ErasureRecord>, StoreError> {
         lifecycle::erasure(&self.pool, user).await
+    }
+
+    async fn take_lease(&self, job: &str, holder: &str, now: Timestamp, until: Timestamp) -> Result<bool, StoreError> {
+        lifecycle::take_lease(&self.pool, job, holder, now, until).await
+    }
+
+    async fn purge(&self, cutoffs: &PurgeCutoffs) -> Result<PurgeReport, StoreError> {
+        lifecycle::purge(&self.pool, cutoffs).await
     }
 }
 

@@ -224,6 +224,8 @@ pub struct Config {
     pub console: herald_core::sessions::SessionSettings,
     /// `[egress]`: the private ranges a user's destination may point into.
     pub egress: EgressConfig,
+    /// `[retention]`: the windows after an erasure and for every user's finished notifications (SPEC §13).
+    pub retention: herald_core::retention::RetentionPolicy,
 }
 
 impl Config {
@@ -401,6 +403,77 @@ struct RawConfig {
     console: RawConsole,
     #[serde(default)]
     egress: RawEgress,
+    #[serde(default)]
+    retention: RawRetention,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    content_after_erasure: Option<String>,
+    records_after_erasure: Option<String>,
+    tombstone_after_erasure: Option<String>,
+    finished_after: Option<String>,
+    batch: Option<u32>,
+    interval: Option<String>,
+}
+
+/// A window: a whole number followed by `s`, `m`, `h` or `d` (`24h`, `90d`), from 0 s to 10 years.
+fn window(key: &str, text: Option<String>, default: herald_domain::Millis) -> Result<herald_domain::Millis> {
+    let Some(text) = text else { return Ok(default) };
+    let bad = || ConfigError::new(key, "must be a whole number followed by s, m, h or d (e.g. 24h, 90d)");
+    let text = text.trim();
+    let unit = text.chars().last().ok_or_else(bad)?;
+    let scale: u64 = match unit {
+        's' => 1_000,
+        'm' => 60_000,
+        'h' => 3_600_000,
+        'd' => 86_400_000,
+        _ => return Err(bad()),
+    };
+    let number: u64 = text[..text.len() - 1].parse().map_err(|_| bad())?;
+    let ms = number
+        .checked_mul(scale)
+        .filter(|ms| *ms <= 3_650 * 86_400_000)
+        .ok_or_else(|| ConfigError::new(key, "must be at most 3650d"))?;
+    Ok(herald_domain::Millis(ms))
+}
+
+impl RawRetention {
+    fn check(self) -> Result<herald_core::retention::RetentionPolicy> {
+        let d = herald_core::retention::RetentionPolicy::default();
+        let content = window("retention.content_after_erasure", self.content_after_erasure, d.content_after_erasure)?;
+        let records = window("retention.records_after_erasure", self.records_after_erasure, d.records_after_erasure)?;
+        let tombstone =
+            window("retention.tombstone_after_erasure", self.tombstone_after_erasure, d.tombstone_after_erasure)?;
+        let finished = window("retention.finished_after", self.finished_after, d.finished_after)?;
+        if records < content {
+            return Err(ConfigError::new(
+                "retention.records_after_erasure",
+                "must be at least retention.content_after_erasure",
+            ));
+        }
+        if tombstone < records {
+            return Err(ConfigError::new(
+                "retention.tombstone_after_erasure",
+                "must be at least retention.records_after_erasure",
+            ));
+        }
+        let batch = in_range("retention.batch", self.batch.unwrap_or(d.batch), 1, 100_000)?;
+        let default_interval = herald_domain::Millis(u64::try_from(d.interval.as_millis()).unwrap_or(60_000));
+        let interval = window("retention.interval", self.interval, default_interval)?;
+        if interval.0 < 1_000 {
+            return Err(ConfigError::new("retention.interval", "must be at least 1s"));
+        }
+        Ok(herald_core::retention::RetentionPolicy {
+            content_after_erasure: content,
+            records_after_erasure: records,
+            tombstone_after_erasure: tombstone,
+            finished_after: finished,
+            batch,
+            interval: std::time::Duration::from_millis(interval.0),
+        })
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -838,7 +911,8 @@ impl RawConfig {
             link_ttl: herald_domain::Millis(link * 60_000),
         };
         let egress = EgressConfig { allow_private: allow_private(self.egress.allow_private)? };
-        Ok(Config { database, server, auth, keys, worker, channels, log, test_send, console, egress })
+        let retention = self.retention.check()?;
+        Ok(Config { database, server, auth, keys, worker, channels, log, test_send, console, egress, retention })
     }
 }
 

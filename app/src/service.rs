@@ -173,11 +173,24 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
     // One pipelined loop per process keeps up to `worker.concurrency` calls in flight.
     let mut workers = tokio::task::JoinSet::new();
     let mut listener_task = None;
+    let mut purge = None;
     if let Some((wake, listener)) = wakeups {
         listener_task = Some(listener);
         let worker = compose::configured_worker(&services, &config.worker, "herald", 0);
         let (stop, in_flight) = (stop_rx.clone(), config.worker.concurrency as usize);
         workers.spawn(async move { worker.run_pipelined(in_flight, stop, Some(wake)).await });
+        // Retention and the boundaries after an erasure, run by the processes that run workers: one purge
+        // at a time across them (a lease).
+        let mut stop = stop_rx.clone();
+        let holder = format!("herald-{}", std::process::id());
+        purge = Some(tokio::spawn(herald_core::retention::run_purge(
+            services.clone(),
+            config.retention,
+            holder,
+            async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            },
+        )));
         tracing::info!(
             calls_in_flight = config.worker.concurrency,
             batch = config.worker.batch,
@@ -249,6 +262,9 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
         let _ = listener.await;
     }
     signals.abort();
+    if let Some(purge) = purge {
+        purge.abort();
+    }
     tracing::info!("stopped");
     result
 }

@@ -21,9 +21,8 @@ pub use store::{
     AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, Deferred, DeliveryStore, EgressSlot,
     EgressStore, Erasure, ErasureRecord, FinishRecord, FinishResult, InboxChannel, InboxCursor, InboxItem, InboxStore,
     LifecycleStore, MarkRead, Merged, NewNotification, NotificationView, OutcomeBucket, OutcomeCount, ParkedBucket,
-    ParkedFilter, ParkedTask, ReadModels, ResolveError, Resolved, ReviewStore, Settled, StoreError, StoredSubmission,
-    SubmissionStore, TaskCount,
-    TaskSummary, TaskView, TestSendGrant,
+    ParkedFilter, ParkedTask, PurgeCutoffs, PurgeReport, ReadModels, ResolveError, Resolved, ReviewStore, Settled,
+    StoreError, StoredSubmission, SubmissionStore, TaskCount, TaskSummary, TaskView, TestSendGrant,
 };
 
 /// Every port a whole store implements, for `use herald_ports::prelude::*`.

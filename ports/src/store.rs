@@ -695,4 +695,44 @@ pub trait LifecycleStore: Send + Sync {
 
     /// The erasure record of `user`, if the user was erased.
     async fn erasure(&self, user: &UserId) -> Result<Option<ErasureRecord>, StoreError>;
+
+    /// Takes (or keeps) the lease of the periodic `job` for `holder` until `until`, when it is free or
+    /// already `holder`'s; `false` when another holder's lease still runs at `now`.
+    async fn take_lease(&self, job: &str, holder: &str, now: Timestamp, until: Timestamp) -> Result<bool, StoreError>;
+
+    /// One purge run over `cutoffs` (SPEC §13), in bounded batches, each its own short transaction that
+    /// locks no row a claim needs: finished notifications of every user older than the window (a
+    /// notification with a task parked for a person, or still due, is never removed), and the three
+    /// boundaries of each erasure in turn — content, then records, then the tombstone.
+    async fn purge(&self, cutoffs: &PurgeCutoffs) -> Result<PurgeReport, StoreError>;
+}
+
+/// What one purge run removed (SPEC §13), for the logs and the tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    /// Finished notifications older than the retention window, removed with their tasks, attempts and
+    /// inbox items.
+    pub finished_notifications: u32,
+    /// Erasures whose content boundary ran: bodies blanked, inbox items removed.
+    pub content_boundaries: u32,
+    /// Erasures whose records boundary ran: notifications, tasks and attempts removed.
+    pub records_boundaries: u32,
+    /// Erasure records reduced to tombstones.
+    pub tombstones: u32,
+}
+
+/// The windows of one purge run, as instants: everything older than each is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PurgeCutoffs {
+    /// Finished notifications created before this are removed (every user).
+    pub finished_before: Timestamp,
+    /// Erasures requested before this lose their content (bodies, inbox).
+    pub content_before: Timestamp,
+    /// Erasures requested before this lose their delivery records.
+    pub records_before: Timestamp,
+    /// Erasures requested before this become tombstones.
+    pub tombstone_before: Timestamp,
+    /// Rows per statement (each in its own short transaction).
+    pub batch: u32,
+    pub now: Timestamp,
 }

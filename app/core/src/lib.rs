@@ -26,6 +26,7 @@ pub mod finisher;
 pub mod metrics;
 pub mod names;
 pub mod report;
+pub mod retention;
 pub mod services;
 pub mod sessions;
 pub mod usecases;

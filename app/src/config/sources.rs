@@ -125,6 +125,14 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
             | "user_token_secret_file",
         )
         | ("log", "format" | "level")
+        | (
+            "retention",
+            "content_after_erasure"
+            | "records_after_erasure"
+            | "tombstone_after_erasure"
+            | "finished_after"
+            | "interval",
+        )
         | ("keys", _) => Type::Str,
         ("database", "max_connections" | "api_max_connections" | "worker_max_connections")
         | (
@@ -144,7 +152,8 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
         )
         | ("console", "session_hours" | "session_idle_minutes" | "sign_in_link_minutes")
         | ("worker", "concurrency" | "lease_ms" | "batch" | "poll_ms")
-        | ("test_send", "per_minute" | "per_day") => Type::Int,
+        | ("test_send", "per_minute" | "per_day")
+        | ("retention", "batch") => Type::Int,
         ("server", "https" | "forwarded_for") | ("worker", "enabled") => Type::Bool,
         ("auth", "service_tokens" | "admin_tokens" | "metrics_tokens") | ("egress", "allow_private") => Type::List,
         _ => return None,

@@ -587,3 +587,17 @@ fn rust_log_overrides_the_log_level() {
     assert_eq!(config.log.level, "warn");
     refused("", &[("RUST_LOG", "=[")], "RUST_LOG", "not a valid filter");
 }
+
+#[test]
+fn the_retention_windows_have_defaults_an_order_and_name_the_key() {
+    let policy = load("", &[]).expect("valid").retention;
+    assert_eq!(policy, herald_core::retention::RetentionPolicy::default());
+    let config = load("[retention]\ncontent_after_erasure = \"0s\"\n", &[("HERALD__RETENTION__FINISHED_AFTER", "30d")])
+        .expect("valid");
+    assert_eq!(config.retention.content_after_erasure, herald_domain::Millis(0));
+    assert_eq!(config.retention.finished_after, herald_domain::Millis(30 * 86_400_000));
+    refused("[retention]\nfinished_after = \"90\"\n", &[], "retention.finished_after", "followed by s, m, h or d");
+    refused("[retention]\nrecords_after_erasure = \"1h\"\n", &[], "retention.records_after_erasure", "at least");
+    refused("[retention]\ninterval = \"0s\"\n", &[], "retention.interval", "at least 1s");
+    refused("[retention]\nforever = true\n", &[], "retention.forever", "unknown field");
+}

@@ -297,3 +297,144 @@ async fn the_api_and_the_command_line_erase_through_one_use_case_and_only_for_an
     assert_eq!(out.status.code(), Some(2), "a bad user id is a usage error naming the argument");
     assert!(String::from_utf8_lossy(&out.stderr).contains("USER"));
 }
+
+/// The database's data as `pg_dump --data-only` writes it.
+fn dump(world: &World) -> String {
+    // The URL without sqlx's own query parameters, which pg_dump does not know.
+    let url = world.db.url.split('?').next().expect("a URL");
+    let out =
+        std::process::Command::new("pg_dump").args(["--data-only", "--no-owner", url]).output().expect("pg_dump runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Rows naming `user` in every table that has a `user_id` column, by table (empty tables left out).
+async fn rows_of(world: &World, user: &str) -> Vec<(String, i64)> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.columns \
+         WHERE table_schema = 'public' AND column_name = 'user_id' ORDER BY 1",
+    )
+    .fetch_all(world.store.pool())
+    .await
+    .expect("tables");
+    let mut found = Vec::new();
+    for table in tables {
+        let n = count(world, &format!("SELECT count(*) FROM {table} WHERE user_id = $1"), user).await;
+        if n > 0 {
+            found.push((table, n));
+        }
+    }
+    found
+}
+
+/// The three boundaries after an erasure and retention for everyone, with the clock moved past each: the
+/// database holds exactly what CONCEPTS §13 says it keeps — checked in `pg_dump`'s output and by a count
+/// over every table with a `user_id`. Retention removes old finished notifications, keeps young ones, and
+/// never removes one with a task parked for a person.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_boundary_leaves_exactly_what_the_documentation_says_and_retention_keeps_the_parked() {
+    use herald_core::retention::{purge_once, RetentionPolicy};
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    let services = world.services();
+    let policy = RetentionPolicy::default();
+    let day = 86_400_000;
+    let (gone, stay) = ("erased-person-7", "staying-person-3");
+    world.user(gone, &["push"]).await.expect("gone");
+    world.user(stay, &["push", "miao"]).await.expect("stay");
+    let worker = world.worker("w1", 60_000);
+
+    world.submit(gone, "g1", HOUR, None).await.expect("g1");
+    world.submit(stay, "old", 200 * day, None).await.expect("old");
+    world.miao.script(Script::Delay(Duration::from_secs(1)));
+    worker.drain(5).await.expect("drain");
+    world.submit(gone, "g2", 200 * day, None).await.expect("g2 stays pending");
+    let parked = services.review.parked(10).await.expect("review");
+    assert_eq!(parked.len(), 1, "stay's Miaotixing task waits for a person");
+    let body_of = |user: &str, key: &str| format!("Event {key} for {user}");
+
+    herald_core::usecases::erase_user(&services, &UserId::from(gone), "test").await.expect("erase");
+    let at_erasure = dump(&world);
+    assert!(at_erasure.contains(&body_of(gone, "g1")), "before the content boundary the bodies are kept");
+    assert!(!rows_of(&world, gone).await.iter().any(|(t, _)| t == "channel_pref"), "destinations go at once");
+
+    // Not yet: an hour later nothing more is removed.
+    world.advance(HOUR);
+    let report = purge_once(&services, &policy, "p1").await.expect("purge").expect("lease");
+    assert_eq!(report, herald_ports::PurgeReport::default());
+
+    // The content boundary (24 h): no body, no inbox item; the delivery records stay.
+    world.advance(day);
+    let report = purge_once(&services, &policy, "p1").await.expect("purge").expect("lease");
+    assert_eq!(report.content_boundaries, 1, "{report:?}");
+    let text = dump(&world);
+    for key in ["g1", "g2"] {
+        assert!(!text.contains(&body_of(gone, key)), "a body of the erased user is still in the dump");
+    }
+    let kept: Vec<String> = rows_of(&world, gone).await.into_iter().map(|(t, _)| t).collect();
+    assert_eq!(kept, ["delivery_attempt", "delivery_task", "notification", "user_erasure"], "after 24 h");
+    assert!(text.contains(&body_of(stay, "old")), "another user's content is untouched");
+
+    // A young notification of the staying user, then the records boundary and retention (90 d).
+    world.advance(88 * day);
+    let young = world.submit(stay, "young", HOUR, None).await.expect("young");
+    worker.drain(5).await.expect("drain young");
+    world.advance(2 * day);
+    let report = purge_once(&services, &policy, "p1").await.expect("purge").expect("lease");
+    assert_eq!(report.records_boundaries, 1, "{report:?}");
+    let kept: Vec<String> = rows_of(&world, gone).await.into_iter().map(|(t, _)| t).collect();
+    assert_eq!(kept, ["user_erasure"], "after 90 d only the erasure record names the user");
+    let stay_keys: Vec<String> =
+        sqlx::query_scalar("SELECT event_key FROM notification WHERE user_id = $1 ORDER BY event_key")
+            .bind(stay)
+            .fetch_all(world.store.pool())
+            .await
+            .expect("keys");
+    assert_eq!(stay_keys, ["old", "young"], "old stays: its Miaotixing task waits for a person; young is young");
+    let old_push = count(&world, "SELECT count(*) FROM delivery_task WHERE user_id = $1", stay).await;
+    assert_eq!(old_push, 4, "the parked notification keeps both its tasks, young has its two");
+    assert!(world.task(young.notification_id, young.tasks[0].task_id).await.is_ok());
+
+    // Once the person decided, the old notification is finished and goes at the next run.
+    services
+        .review
+        .resolve_manually(
+            parked[0].task_id,
+            herald_domain::resolve::FinalState::Failed,
+            "checked",
+            world.clock.now().await.expect("now"),
+        )
+        .await
+        .expect("resolve");
+    let report = purge_once(&services, &policy, "p1").await.expect("purge").expect("lease");
+    assert_eq!(report.finished_notifications, 1, "{report:?}");
+
+    // The tombstone (180 d): nothing in the database names the erased user any more.
+    world.advance(90 * day);
+    let report = purge_once(&services, &policy, "p1").await.expect("purge").expect("lease");
+    assert_eq!(report.tombstones, 1, "{report:?}");
+    assert!(rows_of(&world, gone).await.is_empty());
+    assert!(!dump(&world).contains(gone), "the tombstone does not name the user");
+    let record = services.lifecycle.erasure(&UserId::from(gone)).await.expect("record").expect("by digest");
+    assert!(record.user_id.is_none() && record.tombstoned_at.is_some() && record.records_removed.is_some());
+    assert!(
+        matches!(
+            world.submit(gone, "back", HOUR, None).await.map_err(|e| e.downcast::<StoreError>()),
+            Err(Ok(StoreError::UserErased))
+        ),
+        "a tombstone still refuses a submission: the data does not come back"
+    );
+}
+
+/// The purge's lease: of two processes one purges; the other takes over once the lease ends.
+#[tokio::test]
+async fn one_process_purges_at_a_time() {
+    use herald_core::retention::{purge_once, RetentionPolicy};
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    let services = world.services();
+    let policy = RetentionPolicy::default();
+    assert!(purge_once(&services, &policy, "p1").await.expect("p1").is_some());
+    assert!(purge_once(&services, &policy, "p2").await.expect("p2").is_none(), "p1 holds the lease");
+    assert!(purge_once(&services, &policy, "p1").await.expect("p1 again").is_some(), "its holder keeps it");
+    world.advance(11 * 60_000);
+    assert!(purge_once(&services, &policy, "p2").await.expect("p2 later").is_some(), "taken over after it ended");
+}
