@@ -830,6 +830,49 @@ pub async fn erase_user(services: &Services, user: &UserId, actor: &str) -> Resu
     Ok(erasure)
 }
 
+/// Everything Herald holds about one user (SPEC §13), for the export: the erasure record if any, each
+/// configured channel's preference (never a destination: only whether one is set and verified), and every
+/// notification in the inbox, newest first, with its tasks and attempts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserExport {
+    pub user: UserId,
+    pub exported_at: Timestamp,
+    pub erasure: Option<herald_ports::ErasureRecord>,
+    pub channels: Vec<ChannelPref>,
+    pub notifications: Vec<(InboxItem, Option<NotificationView>)>,
+}
+
+/// Gathers a [`UserExport`], reading the inbox in pages.
+///
+/// # Errors
+/// Store failures.
+pub async fn export_user(services: &Services, user: &UserId) -> Result<UserExport, StoreError> {
+    let exported_at = services.clock.now().await?;
+    let erasure = services.lifecycle.erasure(user).await?;
+    let mut channels = Vec::new();
+    for name in services.channels.names() {
+        if let Some(pref) = services.prefs.get(user, name).await? {
+            channels.push(pref);
+        }
+    }
+    let mut notifications = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = services.inbox.inbox_page(user, cursor, 200).await?;
+        let Some(last) = page.last() else { break };
+        cursor = Some(InboxCursor { created_at: last.created_at, notification: last.notification_ref });
+        let full = page.len() == 200;
+        for item in page {
+            let view = services.reads.notification(item.notification_id).await?;
+            notifications.push((item, view));
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok(UserExport { user: user.clone(), exported_at, erasure, channels, notifications })
+}
+
 #[cfg(test)]
 mod tests {
     use herald_ports::cipher::MockDestinationCipher;

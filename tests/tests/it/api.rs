@@ -537,6 +537,7 @@ async fn operations_endpoints() {
         "/v1/review",
         "/v1/tasks/{task_id}/resolve",
         "/v1/users/{user_id}/erasure",
+        "/v1/users/{user_id}/export",
         "/healthz",
         "/readyz",
         "/metrics",

@@ -438,3 +438,58 @@ async fn one_process_purges_at_a_time() {
     world.advance(11 * 60_000);
     assert!(purge_once(&services, &policy, "p2").await.expect("p2 later").is_some(), "taken over after it ended");
 }
+
+/// The export: the user's own token or an admin token, one JSON document with every notification (body,
+/// tasks, attempts) and each channel's preference; a destination appears only as "set"/"verified", never
+/// itself. Another user's token and a service token are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_export_holds_everything_about_the_user_and_no_destination() {
+    use herald_tests::api::{Api, ADMIN_TOKEN, SERVICE_TOKEN};
+    use reqwest::StatusCode;
+    let world = World::new(ClockMode::Database).await.expect("world");
+    world.user("u1", &["push", "sms"]).await.expect("u1");
+    world.user("u2", &["push"]).await.expect("u2");
+    // As after a test send the user confirmed.
+    sqlx::query("UPDATE channel_pref SET verified_at = now() WHERE user_id = 'u1' AND channel = 'sms'")
+        .execute(world.store.pool())
+        .await
+        .expect("verify");
+    let first = world.submit("u1", "e1", HOUR, None).await.expect("e1");
+    world.submit("u1", "e2", HOUR, None).await.expect("e2");
+    world.submit("u2", "e1", HOUR, None).await.expect("u2");
+    world.worker("w1", 60_000).drain(5).await.expect("drain");
+    let api = Api::start(&world).await.expect("api");
+
+    let own = api.get("/v1/users/u1/export", Some(&api.user_token("u1"))).await.ok(StatusCode::OK);
+    let admin = api.get("/v1/users/u1/export", Some(ADMIN_TOKEN)).await.ok(StatusCode::OK);
+    assert_eq!(own["notifications"], admin["notifications"]);
+    assert_eq!(own["user_id"], "u1");
+    assert!(own["erasure"].is_null());
+    let notifications = own["notifications"].as_array().expect("notifications");
+    assert_eq!(notifications.len(), 2, "u1's two, not u2's");
+    assert_eq!(notifications[1]["body"], "Event e1 for u1", "oldest last");
+    assert_eq!(notifications[1]["notification_id"], first.notification_ref.to_string());
+    let tasks = notifications[1]["tasks"].as_array().expect("tasks");
+    assert_eq!(tasks.len(), 2);
+    assert!(tasks.iter().all(|t| t["state"] == "SENT" && t["attempts"].as_array().is_some_and(|a| a.len() == 1)));
+    let channels: Vec<(String, String)> = own["channels"]
+        .as_array()
+        .expect("channels")
+        .iter()
+        .map(|c| (c["channel"].as_str().unwrap_or("").to_owned(), c["destination"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(channels, [("push".to_owned(), "set".to_owned()), ("sms".to_owned(), "verified".to_owned())]);
+    let text = own.to_string();
+    for channel in ["push", "sms"] {
+        assert!(!text.contains(&World::destination("u1", channel)), "a destination leaked into the export");
+    }
+
+    api.get("/v1/users/u1/export", Some(&api.user_token("u2"))).await.problem(StatusCode::FORBIDDEN);
+    api.get("/v1/users/u1/export", Some(SERVICE_TOKEN)).await.problem(StatusCode::FORBIDDEN);
+
+    // After an erasure the export shows the record, and no channel.
+    herald_core::usecases::erase_user(&world.services(), &UserId::from("u1"), "test").await.expect("erase");
+    let after = api.get("/v1/users/u1/export", Some(ADMIN_TOKEN)).await.ok(StatusCode::OK);
+    assert_eq!(after["erasure"]["requested_by"], "test");
+    assert_eq!(after["channels"], serde_json::json!([]));
+}

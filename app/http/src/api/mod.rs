@@ -40,6 +40,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/users/{user_id}/inbox/{notification_id}/read", post(routes::mark_read))
         .route("/v1/users/{user_id}/sign-in-links", post(routes::create_sign_in_link))
         .route("/v1/users/{user_id}/erasure", post(routes::erase_user))
+        .route("/v1/users/{user_id}/export", get(routes::export_user))
         .route("/v1/review", get(routes::list_review))
         .route("/v1/tasks/{task_id}/resolve", post(routes::resolve_task))
         .route("/healthz", get(routes::healthz))
@@ -85,6 +86,7 @@ impl utoipa::Modify for SecurityAddon {
         routes::list_review,
         routes::resolve_task,
         routes::erase_user,
+        routes::export_user,
         routes::healthz,
         routes::readyz,
         routes::metrics,

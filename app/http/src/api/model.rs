@@ -709,6 +709,78 @@ impl From<herald_ports::Erasure> for ErasureBody {
     }
 }
 
+/// Everything Herald holds about one user (SPEC §13), in one document. Destinations are never shown:
+/// only whether one is set and whether the user verified it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExportBody {
+    pub user_id: String,
+    pub exported_at: String,
+    /// The erasure record, when the user was erased.
+    pub erasure: Option<ErasureBody>,
+    pub channels: Vec<ExportChannelBody>,
+    /// Every notification in the inbox, newest first.
+    pub notifications: Vec<ExportNotificationBody>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExportChannelBody {
+    pub channel: String,
+    pub enabled: bool,
+    /// `none`, `set` or `verified` — never the destination itself.
+    pub destination: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExportNotificationBody {
+    /// The notification's id: opaque (a random UUID), never a count.
+    pub notification_id: String,
+    pub event_key: Option<String>,
+    pub body: String,
+    pub thread_key: Option<String>,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub read_at: Option<String>,
+    pub tasks: Vec<TaskBody>,
+}
+
+impl From<herald_core::usecases::UserExport> for ExportBody {
+    fn from(e: herald_core::usecases::UserExport) -> Self {
+        ExportBody {
+            user_id: e.user.to_string(),
+            exported_at: rfc3339(e.exported_at),
+            erasure: e.erasure.map(|record| herald_ports::Erasure { record, first: false }.into()),
+            channels: e
+                .channels
+                .into_iter()
+                .map(|p| ExportChannelBody {
+                    channel: p.channel.to_string(),
+                    enabled: p.enabled,
+                    destination: match (p.has_destination, p.verified) {
+                        (false, _) => "none",
+                        (true, false) => "set",
+                        (true, true) => "verified",
+                    }
+                    .to_owned(),
+                })
+                .collect(),
+            notifications: e
+                .notifications
+                .into_iter()
+                .map(|(item, view)| ExportNotificationBody {
+                    notification_id: item.notification_ref.to_string(),
+                    event_key: view.as_ref().map(|v| v.event_key.to_string()),
+                    body: item.body,
+                    thread_key: view.as_ref().and_then(|v| v.thread_key.as_ref().map(ToString::to_string)),
+                    created_at: rfc3339(item.created_at),
+                    expires_at: view.as_ref().map(|v| rfc3339(v.expires_at)),
+                    read_at: item.read_at.map(rfc3339),
+                    tasks: view.map(|v| v.tasks.iter().map(TaskBody::from).collect()).unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ResolvedBody {
     pub task_id: i64,

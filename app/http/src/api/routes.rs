@@ -10,7 +10,7 @@ use herald_ports::{InboxChannel, MarkRead, NotificationView};
 use super::auth::{Administrator, Authenticated, Submitter, UserAccess};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::model::{
-    rfc3339, CreatedBody, ErasureBody, Errors, EventCreatedBody, HealthBody, InboxBody, InboxChannelBody,
+    rfc3339, CreatedBody, ErasureBody, Errors, EventCreatedBody, ExportBody, HealthBody, InboxBody, InboxChannelBody,
     InboxItemBody, NotificationBody, PageQuery, PreferenceBody, PutPreference, ReadBody, RecipientCreated,
     ResolveRequest, ResolvedBody, ReviewBody, ReviewTaskBody, SignInLinkBody, SubmitEvent, SubmitNotification,
     TaskBody,
@@ -426,6 +426,31 @@ pub async fn erase_user(
     let erasure = usecases::erase_user(&state.services(), &UserId::new(user_id), usecases::ERASED_BY_API).await?;
     let status = if erasure.first { StatusCode::ACCEPTED } else { StatusCode::OK };
     Ok((status, Json(ErasureBody::from(erasure))).into_response())
+}
+
+/// Everything Herald holds about a user, in one JSON document (SPEC §13): the user's own token or an
+/// admin token. Destinations are shown only as `none`, `set` or `verified`.
+#[utoipa::path(
+    get, path = "/v1/users/{user_id}/export", tag = "lifecycle",
+    params(("user_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = ExportBody),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Another user's token, or a service token", body = Problem, content_type = "application/problem+json"),
+        (status = 422, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn export_user(
+    State(state): State<ApiState>,
+    _: UserAccess,
+    ApiPath(user_id): ApiPath<String>,
+) -> ApiResult<Json<ExportBody>> {
+    let mut errors = Errors::default();
+    check_path_user(&mut errors, &user_id);
+    errors.finish(|| Some(()))?;
+    let export = usecases::export_user(&state.services(), &UserId::new(user_id)).await?;
+    Ok(Json(ExportBody::from(export)))
 }
 
 /// Mark an inbox item read. Repeating it changes nothing: the first time stays and `changed` is false.
