@@ -493,3 +493,46 @@ async fn the_export_holds_everything_about_the_user_and_no_destination() {
     assert_eq!(after["erasure"]["requested_by"], "test");
     assert_eq!(after["channels"], serde_json::json!([]));
 }
+
+/// The console's erasure (an operator, the form under a user's inbox) is the API's: the same record and
+/// the same settled tasks. The id must be typed again; a user's session cannot erase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_erases_as_the_api_does_and_only_for_an_operator() {
+    use herald_tests::api::{Api, ADMIN_TOKEN};
+    use herald_tests::console::Console;
+    use reqwest::StatusCode;
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    for user in ["ann", "bob"] {
+        world.user(user, &["push", "sms"]).await.expect("user");
+        world.submit(user, "e1", HOUR, None).await.expect("submit");
+    }
+    let api = Api::start(&world).await.expect("api");
+    let by_api =
+        api.post("/v1/users/ann/erasure", Some(ADMIN_TOKEN), &serde_json::json!({})).await.ok(StatusCode::ACCEPTED);
+
+    let user_session = Console::user(&api, "bob").await;
+    let refused = user_session.post("/console/users/bob/erasure", "confirm=bob").await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "a user cannot erase");
+    let operator = Console::operator(&api, ADMIN_TOKEN).await;
+    let page = operator.get("/console/users/bob/inbox").await;
+    assert!(page.body.contains("/console/users/bob/erasure"), "the inbox offers the erasure form");
+    let mismatch = operator.post("/console/users/bob/erasure", "confirm=bo").await;
+    assert_eq!(mismatch.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(services_record(&world, "bob").await.is_none(), "a mistyped id erases nothing");
+    let done = operator.post("/console/users/bob/erasure", "confirm=bob").await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert!(done.body.contains("The user was erased"), "{}", done.body);
+    let again = operator.post("/console/users/bob/erasure", "confirm=bob").await;
+    assert!(again.body.contains("erased before"), "{}", again.body);
+
+    let (ann, bob) =
+        (services_record(&world, "ann").await.expect("ann"), services_record(&world, "bob").await.expect("bob"));
+    assert_eq!(by_api["settled_tasks"], 2);
+    assert_eq!((ann.settled_tasks, ann.destroyed_destinations), (bob.settled_tasks, bob.destroyed_destinations));
+    assert_eq!(bob.requested_by, herald_core::usecases::ERASED_BY_CONSOLE);
+    assert_eq!(open_tasks(&world, "bob").await, 0);
+}
+
+async fn services_record(world: &World, user: &str) -> Option<herald_ports::ErasureRecord> {
+    world.services().lifecycle.erasure(&UserId::from(user)).await.expect("record")
+}
