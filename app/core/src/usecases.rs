@@ -286,7 +286,7 @@ pub enum ChartClass {
     /// The channel accepted (`ACCEPTED`, `ACCEPTED_REPLAY`, `QUERY_FOUND`).
     Accepted,
     /// The channel refused, or nothing was sent (`REJECTED`, `RETRYABLE_REJECT`, `PREF_DISABLED`,
-    /// `TTL_EXPIRED`, `QUERY_NOT_FOUND`).
+    /// `TTL_EXPIRED`, `QUERY_NOT_FOUND`, `USER_ERASED`).
     Refused,
     /// Nobody knows whether the channel accepted (`TIMEOUT`, `IO_ERROR`, `LEASE_EXPIRED`, `QUERY_FAILED`,
     /// the `…_UNCERTAIN` ends).
@@ -305,7 +305,8 @@ impl ChartClass {
             | Outcome::RetryableReject
             | Outcome::PrefDisabled
             | Outcome::TtlExpired
-            | Outcome::QueryNotFound => ChartClass::Refused,
+            | Outcome::QueryNotFound
+            | Outcome::UserErased => ChartClass::Refused,
             Outcome::Timeout
             | Outcome::IoError
             | Outcome::LeaseExpired
