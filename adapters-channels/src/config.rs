@@ -14,6 +14,8 @@ use herald_domain::{ChannelContract, ChannelKind, ChannelRules, DigestRule, Mill
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
+use crate::kinds::KindEntry;
+
 /// Default client timeout for one call.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 /// Default attempt budget. Miaotixing never resends an uncertain attempt anyway (its capability is
@@ -21,14 +23,11 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 pub const DEFAULT_RETRY_BASE_MS: u64 = 500;
 pub const DEFAULT_RETRY_CAP_MS: u64 = 60_000;
-/// Miaotixing's documentation asks for at least 10 s between calls (SPEC §12).
-pub const MIAOTIXING_MIN_INTERVAL_MS: u64 = 10_000;
+pub use crate::kinds::miaotixing::{MIAOTIXING_DEFAULT_TEXT, MIAOTIXING_MIN_INTERVAL_MS};
 /// Default rolling window of a digest rule.
 pub const DEFAULT_DIGEST_WINDOW_SECS: u64 = 3_600;
 /// Default cap on how much of a reply body is read; a longer body is an unknown outcome.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 * 1024;
-/// What Miaotixing users see when no `text` is configured: the body stays in the inbox (SPEC §8).
-pub const MIAOTIXING_DEFAULT_TEXT: &str = "You have a new update — open the app to view it.";
 /// What e-mail and Web Push users see when neither `text` nor `send_body = true` is configured: a mail
 /// server or a browser vendor's push service has no business reading bodies (SPEC §8).
 pub const PRIVATE_DEFAULT_TEXT: &str = "You have a new update — open the app to view it.";
@@ -45,6 +44,8 @@ pub struct ChannelConfig {
     /// text up to 60 characters, without control characters.
     #[serde(default)]
     pub display_name: Option<String>,
+    /// One of [`crate::kinds::KINDS`], by its name.
+    #[serde(deserialize_with = "deserialize_kind")]
     pub kind: ChannelKind,
     /// Base URL; the adapter appends its path (`/send`, `/messages`, `/trigger`). Not used by `email` (which
     /// has `host` and `port`) nor `webpush` (whose endpoint is each user's subscription).
@@ -311,6 +312,15 @@ fn deserialize_consistency<'de, D: Deserializer<'de>>(deserializer: D) -> Result
     deserializer.deserialize_any(ConsistencyVisitor)
 }
 
+/// A kind this build knows ([`crate::kinds::named`]).
+fn deserialize_kind<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ChannelKind, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    crate::kinds::named(&name).map(|entry| entry.kind).ok_or_else(|| {
+        let known: Vec<String> = crate::kinds::KINDS.iter().map(|entry| format!("`{}`", entry.kind.name())).collect();
+        de::Error::custom(format_args!("unknown variant `{name}`, expected one of {}", known.join(", ")))
+    })
+}
+
 impl ChannelConfig {
     /// A channel with every optional key at its default, as if only `name`, `kind` and `url` were given.
     #[must_use]
@@ -380,28 +390,25 @@ impl ChannelConfig {
                 return err("display_name", "must be 1 to 60 characters, without control characters");
             }
         }
-        match self.kind {
-            ChannelKind::Webhook | ChannelKind::Queryable | ChannelKind::Miaotixing => {
-                match reqwest::Url::parse(&self.url) {
-                    Err(_) => return err("url", "is not a valid URL"),
-                    Ok(url) if !matches!(url.scheme(), "http" | "https") => {
-                        return err("url", "must be an http or https URL");
-                    }
-                    Ok(url) if url.host().is_none() => return err("url", "must name a host"),
-                    // The adapter appends its own path; a query or fragment would end up in the middle of it.
-                    Ok(url) if url.query().is_some() || url.fragment().is_some() => {
-                        return err("url", "must not have a query or fragment");
-                    }
-                    Ok(_) => {}
+        let entry = self.entry()?;
+        if entry.uses_url {
+            match reqwest::Url::parse(&self.url) {
+                Err(_) => return err("url", "is not a valid URL"),
+                Ok(url) if !matches!(url.scheme(), "http" | "https") => {
+                    return err("url", "must be an http or https URL");
                 }
+                Ok(url) if url.host().is_none() => return err("url", "must name a host"),
+                // The adapter appends its own path; a query or fragment would end up in the middle of it.
+                Ok(url) if url.query().is_some() || url.fragment().is_some() => {
+                    return err("url", "must not have a query or fragment");
+                }
+                Ok(_) => {}
             }
-            ChannelKind::Email | ChannelKind::Webpush if !self.url.is_empty() => {
-                return err(
-                    "url",
-                    "is not used by this kind (email: host and port; webpush: each subscription's endpoint)",
-                );
-            }
-            ChannelKind::Email | ChannelKind::Webpush => {}
+        } else if !self.url.is_empty() {
+            return err(
+                "url",
+                "is not used by this kind (email: host and port; webpush: each subscription's endpoint)",
+            );
         }
         self.validate_kind_settings()?;
         if self.timeout_ms == 0 {
@@ -434,22 +441,41 @@ impl ChannelConfig {
         Ok(())
     }
 
-    /// The settings only some kinds have: refused on the others, required and checked on theirs.
+    /// The kind this entry names, as this build knows it.
+    fn entry(&self) -> Result<&'static KindEntry, ConfigError> {
+        crate::kinds::entry(self.kind)
+            .ok_or_else(|| ConfigError::new(&self.name, "kind", "is not a kind this build knows"))
+    }
+
+    /// The settings only some kinds have: refused on the others (naming the kinds that read them), then
+    /// checked by the entry's kind.
     fn validate_kind_settings(&self) -> Result<(), ConfigError> {
         let name = self.name.as_str();
-        let err = |key: &str, reason: &str| Err(ConfigError::new(name, key, reason));
-        let email = self.kind == ChannelKind::Email;
-        let webpush = self.kind == ChannelKind::Webpush;
+        let entry = self.entry()?;
         if !self.on_unknown.fits(self.kind) {
-            return err(
+            return Err(ConfigError::new(
+                name,
                 "on_unknown",
                 "is not available for this kind (email: resend_same_message_id; webpush: resend_same_topic)",
-            );
+            ));
         }
-        if self.send_body && !(email || webpush) {
-            return err("send_body", "is only used by email and webpush channels");
+        for (key, given) in self.kind_keys() {
+            if given && !entry.keys.contains(&key) {
+                let readers: Vec<&str> = crate::kinds::KINDS
+                    .iter()
+                    .filter(|other| other.keys.contains(&key))
+                    .map(|other| other.kind.name())
+                    .collect();
+                return Err(ConfigError::new(name, key, format!("is only used by {} channels", readers.join(" and "))));
+            }
         }
-        let email_keys = [
+        (entry.check_config)(self)
+    }
+
+    /// Each kind-specific key (those a kind lists in its `KEYS`), and whether this entry gives it.
+    fn kind_keys(&self) -> [(&'static str, bool); 15] {
+        [
+            ("send_body", self.send_body),
             ("host", self.host.is_some()),
             ("port", self.port.is_some()),
             ("tls", self.tls.is_some()),
@@ -459,67 +485,27 @@ impl ChannelConfig {
             ("tls_ca_file", self.tls_ca_file.is_some()),
             ("from", self.from.is_some()),
             ("subject", self.subject.is_some()),
-        ];
-        let webpush_keys = [
             ("vapid_private_key", self.vapid_private_key.is_some()),
             ("vapid_private_key_file", self.vapid_private_key_file.is_some()),
             ("vapid_subject", self.vapid_subject.is_some()),
             ("urgency", self.urgency.is_some()),
             ("allow_loopback_endpoints", self.allow_loopback_endpoints),
-        ];
-        for (key, given) in email_keys {
-            if given && !email {
-                return err(key, "is only used by email channels");
-            }
-        }
-        for (key, given) in webpush_keys {
-            if given && !webpush {
-                return err(key, "is only used by webpush channels");
-            }
-        }
-        if email {
-            let Some(host) = self.host.as_deref().filter(|host| !host.trim().is_empty()) else {
-                return err("host", "is required for an email channel");
-            };
-            if self.port == Some(0) {
-                return err("port", "must be between 1 and 65535");
-            }
-            if self.tls() == SmtpTls::None && !is_loopback(host) {
-                return err("tls", "may be \"none\" only for a loopback host (localhost, 127.0.0.0/8, ::1)");
-            }
-            if self.tls() == SmtpTls::None && self.tls_ca_file.is_some() {
-                return err("tls_ca_file", "is only used with tls = \"starttls\" or \"implicit\"");
-            }
-            if self.password.is_some() && self.password_file.is_some() {
-                return err("password", "is given both directly and as password_file; give one");
-            }
-            let has_password = self.password.is_some() || self.password_file.is_some();
-            if self.username.is_some() != has_password {
-                return err("username", "and a password (password or password_file) go together");
-            }
-            match self.from.as_deref().map(str::parse::<lettre::Address>) {
-                None => return err("from", "is required for an email channel"),
-                Some(Err(_)) => return err("from", "is not an e-mail address"),
-                Some(Ok(_)) => {}
-            }
-            if self.subject.as_deref().is_some_and(|s| s.trim().is_empty() || s.chars().any(char::is_control)) {
-                return err("subject", "must be one non-empty line");
-            }
-        }
-        if webpush {
-            if self.vapid_private_key.is_some() && self.vapid_private_key_file.is_some() {
-                return err("vapid_private_key", "is given both directly and as vapid_private_key_file; give one");
-            }
-            if self.vapid_private_key.is_none() && self.vapid_private_key_file.is_none() {
-                return err("vapid_private_key", "is required for a webpush channel (`herald keys vapid` makes one)");
-            }
-            match self.vapid_subject.as_deref() {
-                Some(sub) if sub.starts_with("mailto:") || sub.starts_with("https://") => {}
-                Some(_) => return err("vapid_subject", "must be a mailto: or https: URL"),
-                None => return err("vapid_subject", "is required for a webpush channel (a mailto: or https: contact)"),
-            }
-        }
-        Ok(())
+        ]
+    }
+
+    /// The files this entry names that its kind reads when it is built (its `FILES`), so that a loader
+    /// can take a relative path from the configuration file's folder.
+    pub fn files_mut(&mut self) -> Vec<&mut PathBuf> {
+        let files = crate::kinds::entry(self.kind).map_or(&[][..], |entry| entry.files);
+        [
+            ("password_file", &mut self.password_file),
+            ("tls_ca_file", &mut self.tls_ca_file),
+            ("vapid_private_key_file", &mut self.vapid_private_key_file),
+        ]
+        .into_iter()
+        .filter(|(key, _)| files.contains(key))
+        .filter_map(|(_, path)| path.as_mut())
+        .collect()
     }
 
     /// The effective `tls` of an `email` channel: the configured one, else `starttls`.
@@ -538,13 +524,12 @@ impl ChannelConfig {
         })
     }
 
-    /// The effective egress interval: the configured one, else 10 s for Miaotixing and none otherwise.
+    /// The effective egress interval: the configured one, else the kind's default (10 s for Miaotixing,
+    /// none otherwise).
     #[must_use]
     pub fn min_interval_ms(&self) -> u64 {
-        self.min_interval_ms.unwrap_or(match self.kind {
-            ChannelKind::Miaotixing => MIAOTIXING_MIN_INTERVAL_MS,
-            ChannelKind::Webhook | ChannelKind::Queryable | ChannelKind::Email | ChannelKind::Webpush => 0,
-        })
+        self.min_interval_ms
+            .unwrap_or_else(|| crate::kinds::entry(self.kind).map_or(0, |entry| entry.default_min_interval_ms))
     }
 
     /// The effective egress guard: how late after its claim a worker may still use its egress slot. The
@@ -559,11 +544,10 @@ impl ChannelConfig {
     /// with `send_body = true`) and none (send the body) otherwise.
     #[must_use]
     pub fn text(&self) -> Option<&str> {
-        match (&self.text, self.kind) {
-            (Some(text), _) => Some(text),
-            (None, ChannelKind::Miaotixing) => Some(MIAOTIXING_DEFAULT_TEXT),
-            (None, ChannelKind::Email | ChannelKind::Webpush) if !self.send_body => Some(PRIVATE_DEFAULT_TEXT),
-            (None, ChannelKind::Email | ChannelKind::Webpush | ChannelKind::Webhook | ChannelKind::Queryable) => None,
+        match &self.text {
+            Some(text) => Some(text),
+            None if self.send_body => None,
+            None => crate::kinds::entry(self.kind).and_then(|entry| entry.default_text),
         }
     }
 

@@ -1,8 +1,8 @@
 //! The one channel factory (SPEC §9): the worker and the settings page's test send both look channels
 //! up here, so a test send goes through the same adapter and the same classification as a delivery.
 //!
-//! [`ConfiguredChannel::new`] is the one place a `[[channel]]` entry's `kind` picks its adapter module
-//! in [`crate::kinds`]: one line per kind.
+//! [`ConfiguredChannel::new`] builds a `[[channel]]` entry through its kind's entry in
+//! [`crate::kinds::KINDS`], the one list of kinds (one line each).
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,11 +14,6 @@ use herald_ports::{Channel, ChannelRegistry, OutboundMessage};
 
 use crate::config::{ChannelConfig, ConfigError};
 use crate::egress::Egress;
-use crate::kinds::email::EmailChannel;
-use crate::kinds::miaotixing::MiaotixingChannel;
-use crate::kinds::queryable::QueryableChannel;
-use crate::kinds::webhook::WebhookChannel;
-use crate::kinds::webpush::WebpushChannel;
 use crate::kinds::ChannelAdapter;
 
 /// One configured channel of whichever kind its `[[channel]]` entry names.
@@ -46,13 +41,9 @@ impl ConfiguredChannel {
     /// # Errors
     /// An invalid setting (see [`ChannelConfig::validate`]), or a client that cannot be built.
     pub fn with_egress(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError> {
-        let adapter: Box<dyn ChannelAdapter> = match config.kind {
-            ChannelKind::Webhook => Box::new(WebhookChannel::new(config)?),
-            ChannelKind::Queryable => Box::new(QueryableChannel::new(config)?),
-            ChannelKind::Miaotixing => Box::new(MiaotixingChannel::new(config)?),
-            ChannelKind::Email => Box::new(EmailChannel::new(config)?),
-            ChannelKind::Webpush => Box::new(WebpushChannel::with_egress(config, egress)?),
-        };
+        let entry = crate::kinds::entry(config.kind)
+            .ok_or_else(|| ConfigError::new(&config.name, "kind", "is not a kind this build knows"))?;
+        let adapter: Box<dyn ChannelAdapter> = (entry.build)(config, egress)?;
         Ok(ConfiguredChannel { adapter, policy: None })
     }
 

@@ -852,9 +852,9 @@ impl RawConfig {
             };
             let mut channel =
                 ChannelConfig::deserialize(&entry).map_err(|error| sources::decoding_error(&error, &label))?;
-            // Like every other `…_file`, a relative path is taken from the configuration file's folder.
-            let files = [&mut channel.password_file, &mut channel.tls_ca_file, &mut channel.vapid_private_key_file];
-            for path in files.into_iter().flatten() {
+            // Like every other `…_file`, a relative path is taken from the configuration file's folder; the
+            // channel's kind says which of its keys name files.
+            for path in channel.files_mut() {
                 if path.is_relative() {
                     *path = base.join(&*path);
                 }

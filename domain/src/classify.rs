@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 
-use crate::contract::{ChannelKind, RefusalProof};
+use crate::contract::{Answers, ChannelKind, RefusalProof};
 use crate::task::Observation;
 use crate::time::{Millis, Timestamp};
 
@@ -85,13 +85,12 @@ pub fn classify_send(kind: ChannelKind, refusal_5xx: RefusalProof, reply: Reply<
         Reply::Broken => return Classified::new(Observation::IoError, "connection broke after the request was sent"),
         Reply::Response { status, body, retry_after } => (status, body, retry_after),
     };
-    match kind {
-        ChannelKind::Webhook => classify_json_send(status, body, retry_after, refusal_5xx, true),
-        ChannelKind::Queryable => classify_json_send(status, body, retry_after, refusal_5xx, false),
-        ChannelKind::Miaotixing => classify_miaotixing(status, body, refusal_5xx),
-        ChannelKind::Webpush => classify_webpush(Reply::Response { status, body, retry_after }, None, refusal_5xx),
+    match kind.answers() {
+        Answers::Json { honours_key } => classify_json_send(status, body, retry_after, refusal_5xx, honours_key),
+        Answers::Miaotixing => classify_miaotixing(status, body, refusal_5xx),
+        Answers::Webpush => classify_webpush(Reply::Response { status, body, retry_after }, None, refusal_5xx),
         // SMTP answers are read by [`classify_smtp`]; an HTTP status proves nothing about an e-mail.
-        ChannelKind::Email => {
+        Answers::NotHttp => {
             Classified::new(Observation::IoError, format!("HTTP {status} on an SMTP channel: outcome unknown"))
         }
     }
@@ -222,9 +221,11 @@ pub fn egress_refused(reason: &str) -> Classified {
     Classified::new(Observation::Rejected, format!("{EGRESS_REFUSED}: {reason}"))
 }
 
-/// Whether a classified Web Push answer says the subscription is gone (404 or 410).
+/// Whether a classified answer says the destination is gone for good, whatever the kind: the detail the
+/// store also reads to mark a preference gone (migration `0005`). Today only Web Push says so
+/// ([`WEBPUSH_SUBSCRIPTION_EXPIRED`], on 404 or 410).
 #[must_use]
-pub fn webpush_subscription_expired(classified: &Classified) -> bool {
+pub fn destination_gone(classified: &Classified) -> bool {
     classified.observation == Observation::Rejected && classified.detail.starts_with(WEBPUSH_SUBSCRIPTION_EXPIRED)
 }
 
@@ -403,7 +404,7 @@ mod tests {
 
     #[test]
     fn miaotixing_classification_table() {
-        use ChannelKind::Miaotixing as M;
+        const M: ChannelKind = ChannelKind::Miaotixing;
         use RefusalProof::{BeforeAcceptance as B, Unknown as U};
         check(M, B, resp(200, "完成"), Outcome::Accepted);
         check(M, B, resp(200, "  完成\n"), Outcome::Accepted);
@@ -422,7 +423,7 @@ mod tests {
 
     #[test]
     fn webhook_classification_table() {
-        use ChannelKind::Webhook as W;
+        const W: ChannelKind = ChannelKind::Webhook;
         use RefusalProof::{BeforeAcceptance as B, Unknown as U};
         check(W, B, resp(200, r#"{"id":"p1","replayed":false}"#), Outcome::Accepted);
         check(W, B, resp(201, r#"{"id":"p1","replayed":true}"#), Outcome::AcceptedReplay);
@@ -461,7 +462,7 @@ mod tests {
         for status in [404, 410] {
             let got = classify_webpush(resp(status, ""), None, RefusalProof::BeforeAcceptance);
             assert_eq!(got.observation, Observation::Rejected);
-            assert!(webpush_subscription_expired(&got), "{got:?}");
+            assert!(destination_gone(&got), "{got:?}");
         }
     }
 
@@ -470,7 +471,7 @@ mod tests {
         for status in [400, 413] {
             let got = classify_webpush(resp(status, ""), None, RefusalProof::BeforeAcceptance);
             assert_eq!(got.observation, Observation::Rejected);
-            assert!(!webpush_subscription_expired(&got));
+            assert!(!destination_gone(&got));
         }
     }
 

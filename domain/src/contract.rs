@@ -5,22 +5,102 @@ use serde::{Deserialize, Serialize};
 
 use crate::time::Millis;
 
-/// The kinds of channel adapter Herald ships (SPEC §12).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChannelKind {
-    /// HTTP webhook honouring `Idempotency-Key`.
-    Webhook,
-    /// SMS-like gateway that can be queried by reference.
+/// A kind of channel adapter (`kind = "…"`, SPEC §12): its name, what it promises about an uncertain
+/// attempt, and which table of [`crate::classify`] reads its answers. The kinds Herald ships are the
+/// constants below; a kind of another crate declares its own with [`ChannelKind::new`] — the domain decides
+/// from these three facts alone, never from a kind's name.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ChannelKind {
+    name: &'static str,
+    promise: Promise,
+    answers: Answers,
+}
+
+/// What a kind promises about a resend after an uncertain attempt, before the operator's opt-in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Promise {
+    /// A resend with the same idempotency key is recognised and not sent again.
+    Idempotent,
+    /// The outcome can be looked up by reference.
     Queryable,
-    /// Miaotixing: no key, no query.
+    /// Neither; with the operator's opt-in `on_unknown` (never [`OnUnknown::Park`]), a resend that is
+    /// idempotent in part.
+    Neither { opt_in: Option<OnUnknown> },
+}
+
+/// Which table of [`crate::classify::classify_send`] reads a kind's HTTP answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Answers {
+    /// A JSON `{"id","replayed"}` acknowledgement; `replayed` counts only where the kind honours the key.
+    Json { honours_key: bool },
+    /// Miaotixing's plain-text phrases.
     Miaotixing,
+    /// RFC 8030's statuses ([`crate::classify::classify_webpush`]).
+    Webpush,
+    /// Not HTTP (SMTP is read by [`crate::classify::classify_smtp`]): an HTTP status proves nothing.
+    NotHttp,
+}
+
+#[allow(non_upper_case_globals)] // read like the variants of the enum this once was: `ChannelKind::Email`
+impl ChannelKind {
+    /// HTTP webhook honouring `Idempotency-Key`.
+    pub const Webhook: ChannelKind =
+        ChannelKind::new("webhook", Promise::Idempotent, Answers::Json { honours_key: true });
+    /// SMS-like gateway that can be queried by reference.
+    pub const Queryable: ChannelKind =
+        ChannelKind::new("queryable", Promise::Queryable, Answers::Json { honours_key: false });
+    /// Miaotixing: no key, no query.
+    pub const Miaotixing: ChannelKind =
+        ChannelKind::new("miaotixing", Promise::Neither { opt_in: None }, Answers::Miaotixing);
     /// E-mail over SMTP (RFC 5321): neither key nor query by default. A 2yz after the end of DATA makes the
     /// server responsible; no answer to the final "." leaves the outcome unknown.
-    Email,
+    pub const Email: ChannelKind =
+        ChannelKind::new("email", Promise::Neither { opt_in: Some(OnUnknown::ResendSameMessageId) }, Answers::NotHttp);
     /// Web Push (RFC 8030, 8291, 8292): neither key nor query by default. 201 means the push service accepted
     /// the message (not that it was delivered).
-    Webpush,
+    pub const Webpush: ChannelKind =
+        ChannelKind::new("webpush", Promise::Neither { opt_in: Some(OnUnknown::ResendSameTopic) }, Answers::Webpush);
+
+    /// A kind named `name` (its `kind = "…"`), promising `promise`, whose answers `answers` reads.
+    #[must_use]
+    pub const fn new(name: &'static str, promise: Promise, answers: Answers) -> Self {
+        ChannelKind { name, promise, answers }
+    }
+
+    /// The name in the configuration (`kind = "…"`).
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        self.name
+    }
+
+    #[must_use]
+    pub const fn promise(self) -> Promise {
+        self.promise
+    }
+
+    #[must_use]
+    pub const fn answers(self) -> Answers {
+        self.answers
+    }
+}
+
+impl std::fmt::Debug for ChannelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl std::fmt::Display for ChannelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// As it is named in the configuration.
+impl Serialize for ChannelKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name)
+    }
 }
 
 /// How an uncertain attempt can be resolved automatically.
@@ -57,12 +137,11 @@ impl Capability {
     /// [`OnUnknown::fits`]).
     #[must_use]
     pub fn opted(kind: ChannelKind, consistency: QueryConsistency, on_unknown: OnUnknown) -> Capability {
-        match (kind, on_unknown) {
-            (ChannelKind::Webhook, _) => Capability::Idempotent,
-            (ChannelKind::Queryable, _) => Capability::Queryable { consistency },
-            (ChannelKind::Email, OnUnknown::ResendSameMessageId)
-            | (ChannelKind::Webpush, OnUnknown::ResendSameTopic) => Capability::Idempotent,
-            (ChannelKind::Miaotixing | ChannelKind::Email | ChannelKind::Webpush, _) => Capability::Neither,
+        match kind.promise {
+            Promise::Idempotent => Capability::Idempotent,
+            Promise::Queryable => Capability::Queryable { consistency },
+            Promise::Neither { .. } if on_unknown != OnUnknown::Park && on_unknown.fits(kind) => Capability::Idempotent,
+            Promise::Neither { .. } => Capability::Neither,
         }
     }
 }
@@ -96,11 +175,7 @@ impl OnUnknown {
     /// Whether this setting exists for `kind`: `park` for every kind, each resend for its own kind.
     #[must_use]
     pub fn fits(self, kind: ChannelKind) -> bool {
-        match self {
-            OnUnknown::Park => true,
-            OnUnknown::ResendSameMessageId => kind == ChannelKind::Email,
-            OnUnknown::ResendSameTopic => kind == ChannelKind::Webpush,
-        }
+        self == OnUnknown::Park || kind.promise == Promise::Neither { opt_in: Some(self) }
     }
 }
 
@@ -132,7 +207,7 @@ pub enum Policy {
 }
 
 /// The declared contract of one configured channel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ChannelContract {
     pub kind: ChannelKind,
     pub capability: Capability,
@@ -158,7 +233,7 @@ impl ChannelContract {
 }
 
 /// Everything the claim and finish decisions need to know about one configured channel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ChannelRules {
     pub contract: ChannelContract,
     /// The channel's attempt budget and backoff; a notification's own `max_attempts` overrides the budget.

@@ -27,7 +27,8 @@ pub mod time;
 
 pub use claim::{call_fits_lease, choose_action, decide_claim, min_lease, ClaimContext, ClaimDecision, ParkReason};
 pub use contract::{
-    Capability, ChannelContract, ChannelKind, ChannelRules, OnUnknown, Policy, QueryConsistency, RefusalProof,
+    Answers, Capability, ChannelContract, ChannelKind, ChannelRules, OnUnknown, Policy, Promise, QueryConsistency,
+    RefusalProof,
 };
 pub use digest::{decide_digest, DigestDecision, DigestRule, OpenDigest};
 pub use egress::{decide_egress, default_guard, deferral, give_back, slot_kept, EgressDecision, SlotWait};

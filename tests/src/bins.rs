@@ -42,6 +42,10 @@ pub fn binary(name: &str) -> PathBuf {
         let release = profile_dir().file_name().is_some_and(|n| n == "release");
         let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         cargo.args(["build", "-q", "-p", package_of(name), "--bin", name]);
+        if package_of(name) == "herald-app" {
+            // The binary under test knows the test kind `echo`, as the tests' own crates do.
+            cargo.args(["--features", "test-kind"]);
+        }
         if release {
             cargo.arg("--release");
         }

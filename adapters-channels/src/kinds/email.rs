@@ -21,14 +21,13 @@
 //! stays off (it logs every command, and `RCPT TO` carries the destination), no reply text is ever put in
 //! a detail, and no `lettre::Error` is formatted (its `Display` quotes the server's reply).
 
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use herald_domain::classify::{classify_smtp, Classified, SmtpEvent, SmtpStage};
-use herald_domain::{ChannelKind, ChannelName, ChannelRules, Observation};
-use herald_ports::{Channel, OutboundMessage};
+use herald_domain::{ChannelKind, Observation};
+use herald_ports::OutboundMessage;
 use lettre::message::header::ContentType;
 use lettre::message::Mailbox;
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
@@ -39,15 +38,18 @@ use lettre::Address;
 use secrecy::ExposeSecret;
 use tokio::time::{timeout_at, Instant};
 
-use super::{no_query, send_classified, ChannelBase};
-use crate::config::{ChannelConfig, ConfigError, SmtpTls, EMAIL_DEFAULT_SUBJECT};
+use super::{ChannelBase, Kind, KindChannel};
+use crate::config::{is_loopback, ChannelConfig, ConfigError, SmtpTls, EMAIL_DEFAULT_SUBJECT, PRIVATE_DEFAULT_TEXT};
+use crate::egress::Egress;
 
 /// Longest accepted address (RFC 5321 §4.5.3.1: a path is at most 256 octets including the brackets).
 pub const MAX_ADDRESS_LEN: usize = 254;
 
 /// One configured e-mail channel.
-pub struct EmailChannel {
-    base: ChannelBase,
+pub type EmailChannel = KindChannel<Email>;
+
+/// The e-mail kind's own part: the SMTP server, how to reach it, and the message's fixed parts.
+pub struct Email {
     host: String,
     port: u16,
     tls: SmtpTls,
@@ -78,13 +80,9 @@ pub fn check_address(destination: &str) -> Result<Address, &'static str> {
     Ok(address)
 }
 
-impl EmailChannel {
-    /// Validates `config` (of kind `email`) and reads its password, if any.
-    ///
-    /// # Errors
-    /// An invalid setting or an unreadable `password_file`, naming the key.
-    pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
-        let base = ChannelBase::new(config, ChannelKind::Email)?;
+impl Email {
+    /// Reads the password and the CA file of a checked entry, if any.
+    fn read(config: &ChannelConfig) -> Result<Self, ConfigError> {
         let name = config.name.as_str();
         let host = config.host.clone().unwrap_or_default().trim().to_owned();
         let from: Address = config
@@ -114,8 +112,7 @@ impl EmailChannel {
         }
         let credentials =
             config.username.clone().zip(password).map(|(user, password)| Credentials::new(user, password));
-        Ok(EmailChannel {
-            base,
+        Ok(Email {
             host,
             port: config.port(),
             tls: config.tls(),
@@ -270,17 +267,64 @@ fn rejected(detail: &str) -> Classified {
 }
 
 #[async_trait]
-impl Channel for EmailChannel {
-    fn name(&self) -> &ChannelName {
-        self.base.name()
+impl Kind for Email {
+    const KIND: ChannelKind = ChannelKind::Email;
+    const ADAPTER: &'static str = "EmailChannel";
+    const USES_URL: bool = false;
+    const KEYS: &'static [&'static str] = &[
+        "send_body",
+        "host",
+        "port",
+        "tls",
+        "username",
+        "password",
+        "password_file",
+        "tls_ca_file",
+        "from",
+        "subject",
+    ];
+    const FILES: &'static [&'static str] = &["password_file", "tls_ca_file"];
+    const DEFAULT_TEXT: Option<&'static str> = Some(PRIVATE_DEFAULT_TEXT);
+
+    fn check_config(config: &ChannelConfig) -> Result<(), ConfigError> {
+        let err = |key: &str, reason: &str| Err(ConfigError::new(&config.name, key, reason));
+        let Some(host) = config.host.as_deref().filter(|host| !host.trim().is_empty()) else {
+            return err("host", "is required for an email channel");
+        };
+        if config.port == Some(0) {
+            return err("port", "must be between 1 and 65535");
+        }
+        if config.tls() == SmtpTls::None && !is_loopback(host) {
+            return err("tls", "may be \"none\" only for a loopback host (localhost, 127.0.0.0/8, ::1)");
+        }
+        if config.tls() == SmtpTls::None && config.tls_ca_file.is_some() {
+            return err("tls_ca_file", "is only used with tls = \"starttls\" or \"implicit\"");
+        }
+        if config.password.is_some() && config.password_file.is_some() {
+            return err("password", "is given both directly and as password_file; give one");
+        }
+        let has_password = config.password.is_some() || config.password_file.is_some();
+        if config.username.is_some() != has_password {
+            return err("username", "and a password (password or password_file) go together");
+        }
+        match config.from.as_deref().map(str::parse::<lettre::Address>) {
+            None => return err("from", "is required for an email channel"),
+            Some(Err(_)) => return err("from", "is not an e-mail address"),
+            Some(Ok(_)) => {}
+        }
+        if config.subject.as_deref().is_some_and(|s| s.trim().is_empty() || s.chars().any(char::is_control)) {
+            return err("subject", "must be one non-empty line");
+        }
+        Ok(())
     }
 
-    fn rules(&self) -> ChannelRules {
-        self.base.rules()
+    /// Reads the password and the CA file, if any.
+    fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
+        Email::read(config)
     }
 
-    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
-        self.base.outbound_text(body, digest_count)
+    fn host(&self) -> &str {
+        &self.host
     }
 
     /// One plain e-mail address ([`check_address`]).
@@ -288,32 +332,19 @@ impl Channel for EmailChannel {
         check_address(destination).map(drop)
     }
 
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn send(&self, message: &OutboundMessage) -> Classified {
+    async fn send(&self, _base: &ChannelBase, message: &OutboundMessage) -> Classified {
         let deadline = Instant::now() + self.timeout;
         // Checked when stored; a stored value that is no address (an older row) can never be sent.
         let Ok(to) = check_address(message.destination.expose_secret()) else {
-            return send_classified(rejected("the stored destination is not an e-mail address"));
+            return rejected("the stored destination is not an e-mail address");
         };
         let bytes = match self.format(to.clone(), message) {
             Ok(bytes) => bytes,
-            Err(classified) => return send_classified(classified),
+            Err(classified) => return classified,
         };
-        let classified = match self.transaction(to, &bytes, deadline).await {
+        match self.transaction(to, &bytes, deadline).await {
             Ok(classified) | Err(classified) => classified,
-        };
-        send_classified(classified)
-    }
-
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn query(&self, _reference: &str) -> Classified {
-        no_query()
-    }
-}
-
-impl fmt::Debug for EmailChannel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.base.debug(f, "EmailChannel", &self.host)
+        }
     }
 }
 
@@ -348,7 +379,7 @@ mod tests {
         config.tls = Some(SmtpTls::None);
         config.from = Some("herald@notify.example.org".into());
         let channel = EmailChannel::new(&config).expect("valid");
-        assert_eq!(channel.message_id("r-1"), "<ntf-r-1@notify.example.org>");
+        assert_eq!(channel.kind().message_id("r-1"), "<ntf-r-1@notify.example.org>");
         let debug = format!("{channel:?}");
         assert!(debug.starts_with("EmailChannel"), "{debug}");
     }
@@ -397,7 +428,7 @@ mod tests {
                 ttl_seconds: 60,
             };
             let to: Address = "alice@example.org".parse().expect("address");
-            let bytes = channel.format(to, &message).expect("formatted");
+            let bytes = channel.kind().format(to, &message).expect("formatted");
             assert!(only_crlf(&bytes), "{text:?}: {:?}", String::from_utf8_lossy(&bytes));
         }
     }

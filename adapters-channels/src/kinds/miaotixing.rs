@@ -5,57 +5,60 @@
 //! travels only in the form body, never in a URL that a proxy or an error could log. Answers are plain
 //! text, classified as [`ChannelKind::Miaotixing`] (body exactly `完成` is ACCEPTED, a documented refusal
 //! phrase is REJECTED, anything else unknown). The text is the privacy-safe one
-//! ([`crate::config::MIAOTIXING_DEFAULT_TEXT`] unless configured), never the body.
+//! ([`MIAOTIXING_DEFAULT_TEXT`] unless configured), never the body.
 //!
 //! Every call opens a fresh connection: an unknown outcome is terminal here, and a pooled connection
 //! the server closed while idle would break after the request was written and park a task that was
 //! never sent.
 
-use std::fmt;
-
 use async_trait::async_trait;
 use herald_domain::classify::{classify_send, Classified};
-use herald_domain::{ChannelKind, ChannelName, ChannelRules};
-use herald_ports::{Channel, OutboundMessage};
+use herald_domain::ChannelKind;
+use herald_ports::OutboundMessage;
 use reqwest::Url;
 use secrecy::ExposeSecret;
 
-use super::{no_query, send_classified, ChannelBase};
+use super::{ChannelBase, Kind, KindChannel};
 use crate::config::{ChannelConfig, ConfigError};
+use crate::egress::Egress;
 use crate::http::{endpoint, Connections, HttpTransport};
 
+/// Miaotixing's documentation asks for at least 10 s between calls (SPEC §12).
+pub const MIAOTIXING_MIN_INTERVAL_MS: u64 = 10_000;
+/// What Miaotixing users see when no `text` is configured: the body stays in the inbox (SPEC §8).
+pub const MIAOTIXING_DEFAULT_TEXT: &str = "You have a new update — open the app to view it.";
+
 /// One configured Miaotixing channel.
-pub struct MiaotixingChannel {
-    base: ChannelBase,
+pub type MiaotixingChannel = KindChannel<Miaotixing>;
+
+/// The Miaotixing kind's own part: its client and its `/trigger` URL.
+pub struct Miaotixing {
     transport: HttpTransport,
     trigger_url: Url,
 }
 
-impl MiaotixingChannel {
-    /// Validates `config` (of kind `miaotixing`) and builds the channel's client.
-    ///
-    /// # Errors
-    /// An invalid setting, naming its key.
-    pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
-        let base = ChannelBase::new(config, ChannelKind::Miaotixing)?;
+#[async_trait]
+impl Kind for Miaotixing {
+    const KIND: ChannelKind = ChannelKind::Miaotixing;
+    const ADAPTER: &'static str = "MiaotixingChannel";
+    const USES_URL: bool = true;
+    const KEYS: &'static [&'static str] = &[];
+    const FILES: &'static [&'static str] = &[];
+    const DEFAULT_TEXT: Option<&'static str> = Some(MIAOTIXING_DEFAULT_TEXT);
+    const DEFAULT_MIN_INTERVAL_MS: u64 = MIAOTIXING_MIN_INTERVAL_MS;
+
+    fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
         let trigger_url = endpoint(config, "/trigger")?;
         let transport = HttpTransport::new(config, Connections::FreshPerCall)?;
-        Ok(MiaotixingChannel { base, transport, trigger_url })
-    }
-}
-
-#[async_trait]
-impl Channel for MiaotixingChannel {
-    fn name(&self) -> &ChannelName {
-        self.base.name()
+        Ok(Miaotixing { transport, trigger_url })
     }
 
-    fn rules(&self) -> ChannelRules {
-        self.base.rules()
-    }
-
-    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
-        self.base.outbound_text(body, digest_count)
+    fn host(&self) -> &str {
+        self.transport.host()
     }
 
     /// Any text: Miaotixing judges its codes itself (a wrong one is refused, `参数格式有误`).
@@ -63,21 +66,9 @@ impl Channel for MiaotixingChannel {
         Ok(())
     }
 
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn send(&self, message: &OutboundMessage) -> Classified {
+    async fn send(&self, base: &ChannelBase, message: &OutboundMessage) -> Classified {
         let form = [("id", message.destination.expose_secret()), ("text", message.text.as_str())];
         let wire = self.transport.call(self.transport.post(&self.trigger_url).form(&form)).await;
-        send_classified(classify_send(ChannelKind::Miaotixing, self.base.refusal_5xx(), wire.reply()))
-    }
-
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn query(&self, _reference: &str) -> Classified {
-        no_query()
-    }
-}
-
-impl fmt::Debug for MiaotixingChannel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.base.debug(f, "MiaotixingChannel", self.transport.host())
+        classify_send(Self::KIND, base.refusal_5xx(), wire.reply())
     }
 }

@@ -13,32 +13,147 @@
 //! | [`email`] | `email` | neither (opt-in: resend with the same `Message-ID`) | SMTP, step by step, `Message-ID: <ntf-{ref}@…>` |
 //! | [`webpush`] | `webpush` | neither (opt-in: resend with the same `Topic`) | `POST {endpoint}` `aes128gcm`, VAPID, `TTL`, `Topic` |
 //!
-//! **Adding a kind** (e-mail, Web Push, …) is one new module here plus its rows elsewhere:
-//! * the module: a struct holding a `ChannelBase` and its transport (the HTTP kinds use `HttpTransport`
-//!   of the `http` module; SMTP brings its own), `new(&ChannelConfig)` building it through
-//!   `ChannelBase::new`, and `impl Channel` whose `check_destination` refuses what it would never send
-//!   to, whose `send` reports what the transport saw and hands it to the kind's classification, and whose
-//!   `Debug` shows no destination (`ChannelBase::debug`). A destination that names a host a user chose
-//!   goes through the egress guard ([`crate::egress`]: `HttpTransport::guarded`, `Guard::check_url`);
-//! * its configuration rows: the `ChannelKind` variant (its `kind = "…"` name) and its capability
-//!   (`Capability::of`) in `domain/src/contract.rs`, its defaults and settings in [`crate::config`], and its
-//!   line in [`crate::registry::ConfiguredChannel::new`], the one place a kind picks its adapter;
-//! * its classification rows: in `domain/src/classify.rs`, with their unit tests. The domain decides
-//!   what an answer proves; the adapter only reports what it saw.
+//! **Adding a kind** is one module here and its line in `kinds!` below (docs/ARCHITECTURE.md, "Adding a
+//! channel kind"): the module holds a struct implementing [`Kind`] — its `ChannelKind` (name, promise,
+//! which classification table reads its answers), the check of its own settings naming the key, the files
+//! it reads, its destination check, how it is built and how it sends. [`KindChannel`] turns any `Kind` into
+//! a [`Channel`]: the delegation every kind shares (name, rules, outbound text, the span and the log of
+//! each classification, a `Debug` without destination) is written there once. A piece the trait requires
+//! and the module lacks is a compile error; [`KINDS`] is the one place a `kind = "…"` name is looked up,
+//! by the configuration and by the factory alike.
 
 use std::fmt;
 
+use async_trait::async_trait;
 use herald_domain::classify::Classified;
 use herald_domain::{ChannelKind, ChannelName, ChannelRules, Observation, RefusalProof};
-use herald_ports::Channel;
+use herald_ports::{Channel, OutboundMessage};
 
 use crate::config::{ChannelConfig, ConfigError};
+use crate::egress::Egress;
 
-pub mod email;
-pub mod miaotixing;
-pub mod queryable;
-pub mod webhook;
-pub mod webpush;
+/// Declares the kinds: one line each, `module: Type` (the module is declared here too). A line may carry
+/// attributes, such as the `cfg` of a kind compiled only for tests.
+macro_rules! kinds {
+    ($($(#[$attr:meta])* $module:ident: $kind:ident,)+) => {
+        $($(#[$attr])* pub mod $module;)+
+
+        /// Every kind this build knows, in the order of its lines.
+        pub static KINDS: &[KindEntry] = &[$($(#[$attr])* KindEntry::of::<$module::$kind>(),)+];
+    };
+}
+
+kinds! {
+    webhook: Webhook,
+    queryable: Queryable,
+    miaotixing: Miaotixing,
+    email: Email,
+    webpush: Webpush,
+    #[cfg(feature = "test-kind")]
+    echo: Echo,
+}
+
+/// One channel kind, declared in its own module: everything a kind needs beyond what every kind shares.
+#[async_trait]
+pub trait Kind: Send + Sync + Sized + 'static {
+    /// Its name in `kind = "…"`, what it promises about an uncertain attempt, and which table of
+    /// [`herald_domain::classify`] reads its answers.
+    const KIND: ChannelKind;
+    /// The name its `Debug` output starts with, such as `WebhookChannel`.
+    const ADAPTER: &'static str;
+    /// Whether it sends to the entry's `url` (the others refuse one).
+    const USES_URL: bool;
+    /// The kind-specific keys of [`ChannelConfig`] it reads; another kind's key on its entry is refused.
+    const KEYS: &'static [&'static str];
+    /// Those of its keys that name a file read when it is built (a password, a key, a CA), so that the
+    /// loader takes a relative path from the configuration file's folder.
+    const FILES: &'static [&'static str];
+    /// The text sent instead of the body when no `text` is configured (and, where the kind reads it, no
+    /// `send_body = true`); `None`: the body.
+    const DEFAULT_TEXT: Option<&'static str>;
+    /// The egress interval when none is configured.
+    const DEFAULT_MIN_INTERVAL_MS: u64 = 0;
+
+    /// Checks its own settings (those of [`Kind::KEYS`]): required ones present, values that cannot work
+    /// refused. The shared keys are checked by [`ChannelConfig::validate`] before.
+    ///
+    /// # Errors
+    /// The first invalid key, named (`ConfigError::new(&config.name, key, reason)`).
+    fn check_config(config: &ChannelConfig) -> Result<(), ConfigError>;
+
+    /// Builds the transport of a checked entry of this kind.
+    ///
+    /// # Errors
+    /// What can only be found while building (an unreadable file, a client that cannot be built),
+    /// naming the key.
+    fn build(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError>;
+
+    /// The host its `Debug` output shows (never a path, never a destination).
+    fn host(&self) -> &str;
+
+    /// [`Channel::check_destination`]: what it would never send to. No I/O; the reason never repeats
+    /// the destination.
+    ///
+    /// # Errors
+    /// A short reason for the user who gave it.
+    fn check_destination(&self, destination: &str) -> Result<(), &'static str>;
+
+    /// [`Channel::send`]: reports what the transport saw through the kind's classification.
+    async fn send(&self, base: &ChannelBase, message: &OutboundMessage) -> Classified;
+
+    /// [`Channel::query`]; a kind without a query keeps this default, which the domain never asks.
+    async fn query(&self, _base: &ChannelBase, _reference: &str) -> Classified {
+        no_query()
+    }
+}
+
+/// Builds a checked entry's adapter.
+type Build = fn(&ChannelConfig, &Egress) -> Result<Box<dyn ChannelAdapter>, ConfigError>;
+
+/// A kind as the registry holds it, without its type: how to check, build and describe its entries.
+pub struct KindEntry {
+    pub kind: ChannelKind,
+    pub(crate) uses_url: bool,
+    pub(crate) keys: &'static [&'static str],
+    pub(crate) default_min_interval_ms: u64,
+    pub(crate) check_config: fn(&ChannelConfig) -> Result<(), ConfigError>,
+    pub(crate) files: &'static [&'static str],
+    pub(crate) default_text: Option<&'static str>,
+    pub(crate) build: Build,
+}
+
+impl KindEntry {
+    /// The entry of kind `K`.
+    #[must_use]
+    pub const fn of<K: Kind>() -> KindEntry {
+        KindEntry {
+            kind: K::KIND,
+            uses_url: K::USES_URL,
+            keys: K::KEYS,
+            default_min_interval_ms: K::DEFAULT_MIN_INTERVAL_MS,
+            check_config: K::check_config,
+            files: K::FILES,
+            default_text: K::DEFAULT_TEXT,
+            build: build::<K>,
+        }
+    }
+}
+
+fn build<K: Kind>(config: &ChannelConfig, egress: &Egress) -> Result<Box<dyn ChannelAdapter>, ConfigError> {
+    Ok(Box::new(KindChannel::<K>::with_egress(config, egress)?))
+}
+
+/// The kind named `name` in `kind = "…"`, if this build knows it.
+#[must_use]
+pub fn named(name: &str) -> Option<&'static KindEntry> {
+    KINDS.iter().find(|entry| entry.kind.name() == name)
+}
+
+/// The entry of `kind`, if this build knows it.
+#[must_use]
+pub fn entry(kind: ChannelKind) -> Option<&'static KindEntry> {
+    named(kind.name())
+}
 
 /// A kind's adapter as the registry holds it: a [`Channel`] whose `Debug` output shows no destination
 /// and no URL path.
@@ -46,8 +161,79 @@ pub trait ChannelAdapter: Channel + fmt::Debug {}
 
 impl<T: Channel + fmt::Debug> ChannelAdapter for T {}
 
+/// A configured channel of kind `K`: what every kind shares, around the kind's own part.
+pub struct KindChannel<K: Kind> {
+    base: ChannelBase,
+    kind: K,
+}
+
+impl<K: Kind> KindChannel<K> {
+    /// Validates `config` (of kind `K`) and builds the channel, with the default egress settings.
+    ///
+    /// # Errors
+    /// An invalid setting, naming its key.
+    pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
+        Self::with_egress(config, &Egress::default())
+    }
+
+    /// As [`KindChannel::new`], with the installation's egress settings (`[egress]`).
+    ///
+    /// # Errors
+    /// An invalid setting, naming its key, or a `config` of another kind.
+    pub fn with_egress(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError> {
+        let base = ChannelBase::new(config, K::KIND)?;
+        Ok(KindChannel { base, kind: K::build(config, egress)? })
+    }
+
+    /// The kind's own part.
+    pub fn kind(&self) -> &K {
+        &self.kind
+    }
+}
+
+#[async_trait]
+impl<K: Kind> Channel for KindChannel<K> {
+    fn name(&self) -> &ChannelName {
+        self.base.name()
+    }
+
+    fn rules(&self) -> ChannelRules {
+        self.base.rules()
+    }
+
+    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
+        self.base.outbound_text(body, digest_count)
+    }
+
+    fn check_destination(&self, destination: &str) -> Result<(), &'static str> {
+        self.kind.check_destination(destination)
+    }
+
+    /// Logs the classification (outcome and the secret-free detail only).
+    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
+    async fn send(&self, message: &OutboundMessage) -> Classified {
+        let classified = self.kind.send(&self.base, message).await;
+        tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "send classified");
+        classified
+    }
+
+    /// Logs the classification (outcome and the secret-free detail only).
+    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
+    async fn query(&self, reference: &str) -> Classified {
+        let classified = self.kind.query(&self.base, reference).await;
+        tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "query classified");
+        classified
+    }
+}
+
+impl<K: Kind> fmt::Debug for KindChannel<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.base.debug(f, K::ADAPTER, self.kind.host())
+    }
+}
+
 /// What every kind takes from its `[[channel]]` entry apart from the transport.
-pub(crate) struct ChannelBase {
+pub struct ChannelBase {
     name: ChannelName,
     rules: ChannelRules,
     text: Option<String>,
@@ -106,18 +292,6 @@ impl ChannelBase {
             .field("rules", &self.rules)
             .finish_non_exhaustive()
     }
-}
-
-/// Logs a send's classification (outcome and the secret-free detail only) and returns it.
-pub(crate) fn send_classified(classified: Classified) -> Classified {
-    tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "send classified");
-    classified
-}
-
-/// Logs a query's classification (outcome and the secret-free detail only) and returns it.
-pub(crate) fn query_classified(classified: Classified) -> Classified {
-    tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "query classified");
-    classified
 }
 
 /// The answer of a kind without a query: `QUERY_FAILED`, without a request (the domain never asks).

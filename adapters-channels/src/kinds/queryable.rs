@@ -6,23 +6,24 @@
 //! send). `GET {url}/messages?ref={ref}` looks a reference up, classified by
 //! [`classify_query`] (`{"found": n}`: n ≥ 1 found, 0 not found, anything else failed).
 
-use std::fmt;
-
 use async_trait::async_trait;
 use herald_domain::classify::{classify_query, classify_send, Classified};
-use herald_domain::{ChannelKind, ChannelName, ChannelRules};
-use herald_ports::{Channel, OutboundMessage};
+use herald_domain::ChannelKind;
+use herald_ports::OutboundMessage;
 use reqwest::Url;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 
-use super::{query_classified, send_classified, ChannelBase};
+use super::{ChannelBase, Kind, KindChannel};
 use crate::config::{ChannelConfig, ConfigError};
+use crate::egress::Egress;
 use crate::http::{endpoint, Connections, HttpTransport};
 
 /// One configured queryable channel.
-pub struct QueryableChannel {
-    base: ChannelBase,
+pub type QueryableChannel = KindChannel<Queryable>;
+
+/// The queryable kind's own part: its client and its `/messages` URL.
+pub struct Queryable {
     transport: HttpTransport,
     /// `{url}/messages`: `POST` sends, `GET ?ref=` queries.
     messages_url: Url,
@@ -37,31 +38,27 @@ struct SendBody<'a> {
     text: &'a str,
 }
 
-impl QueryableChannel {
-    /// Validates `config` (of kind `queryable`) and builds the channel's client.
-    ///
-    /// # Errors
-    /// An invalid setting, naming its key.
-    pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
-        let base = ChannelBase::new(config, ChannelKind::Queryable)?;
+#[async_trait]
+impl Kind for Queryable {
+    const KIND: ChannelKind = ChannelKind::Queryable;
+    const ADAPTER: &'static str = "QueryableChannel";
+    const USES_URL: bool = true;
+    const KEYS: &'static [&'static str] = &[];
+    const FILES: &'static [&'static str] = &[];
+    const DEFAULT_TEXT: Option<&'static str> = None;
+
+    fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
         let messages_url = endpoint(config, "/messages")?;
         let transport = HttpTransport::new(config, Connections::Pooled)?;
-        Ok(QueryableChannel { base, transport, messages_url })
-    }
-}
-
-#[async_trait]
-impl Channel for QueryableChannel {
-    fn name(&self) -> &ChannelName {
-        self.base.name()
+        Ok(Queryable { transport, messages_url })
     }
 
-    fn rules(&self) -> ChannelRules {
-        self.base.rules()
-    }
-
-    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
-        self.base.outbound_text(body, digest_count)
+    fn host(&self) -> &str {
+        self.transport.host()
     }
 
     /// Any text: the channel is the operator's own service, which judges the destination itself.
@@ -69,24 +66,16 @@ impl Channel for QueryableChannel {
         Ok(())
     }
 
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn send(&self, message: &OutboundMessage) -> Classified {
+    async fn send(&self, base: &ChannelBase, message: &OutboundMessage) -> Classified {
         let body =
             SendBody { reference: &message.reference, to: message.destination.expose_secret(), text: &message.text };
         let wire = self.transport.call(self.transport.post(&self.messages_url).json(&body)).await;
-        send_classified(classify_send(ChannelKind::Queryable, self.base.refusal_5xx(), wire.reply()))
+        classify_send(Self::KIND, base.refusal_5xx(), wire.reply())
     }
 
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn query(&self, reference: &str) -> Classified {
+    async fn query(&self, _base: &ChannelBase, reference: &str) -> Classified {
         let request = self.transport.get(&self.messages_url).query(&[("ref", reference)]);
         let wire = self.transport.call(request).await;
-        query_classified(classify_query(wire.reply()))
-    }
-}
-
-impl fmt::Debug for QueryableChannel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.base.debug(f, "QueryableChannel", self.transport.host())
+        classify_query(wire.reply())
     }
 }

@@ -4,23 +4,24 @@
 //! resend after an uncertain attempt is recognised and not sent again. Answers are classified as
 //! [`ChannelKind::Webhook`] (a 2xx `{"id","replayed"}` is ACCEPTED or ACCEPTED_REPLAY). No query.
 
-use std::fmt;
-
 use async_trait::async_trait;
 use herald_domain::classify::{classify_send, Classified};
-use herald_domain::{ChannelKind, ChannelName, ChannelRules};
-use herald_ports::{Channel, OutboundMessage};
+use herald_domain::ChannelKind;
+use herald_ports::OutboundMessage;
 use reqwest::Url;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 
-use super::{no_query, send_classified, ChannelBase};
+use super::{ChannelBase, Kind, KindChannel};
 use crate::config::{ChannelConfig, ConfigError};
+use crate::egress::Egress;
 use crate::http::{endpoint, Connections, HttpTransport};
 
 /// One configured webhook channel.
-pub struct WebhookChannel {
-    base: ChannelBase,
+pub type WebhookChannel = KindChannel<Webhook>;
+
+/// The webhook kind's own part: its client and its `/send` URL.
+pub struct Webhook {
     transport: HttpTransport,
     send_url: Url,
 }
@@ -35,31 +36,27 @@ struct SendBody<'a> {
     ttl_seconds: u64,
 }
 
-impl WebhookChannel {
-    /// Validates `config` (of kind `webhook`) and builds the channel's client.
-    ///
-    /// # Errors
-    /// An invalid setting, naming its key.
-    pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
-        let base = ChannelBase::new(config, ChannelKind::Webhook)?;
+#[async_trait]
+impl Kind for Webhook {
+    const KIND: ChannelKind = ChannelKind::Webhook;
+    const ADAPTER: &'static str = "WebhookChannel";
+    const USES_URL: bool = true;
+    const KEYS: &'static [&'static str] = &[];
+    const FILES: &'static [&'static str] = &[];
+    const DEFAULT_TEXT: Option<&'static str> = None;
+
+    fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
         let send_url = endpoint(config, "/send")?;
         let transport = HttpTransport::new(config, Connections::Pooled)?;
-        Ok(WebhookChannel { base, transport, send_url })
-    }
-}
-
-#[async_trait]
-impl Channel for WebhookChannel {
-    fn name(&self) -> &ChannelName {
-        self.base.name()
+        Ok(Webhook { transport, send_url })
     }
 
-    fn rules(&self) -> ChannelRules {
-        self.base.rules()
-    }
-
-    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
-        self.base.outbound_text(body, digest_count)
+    fn host(&self) -> &str {
+        self.transport.host()
     }
 
     /// Any text: the channel is the operator's own service, which judges the destination itself.
@@ -67,8 +64,7 @@ impl Channel for WebhookChannel {
         Ok(())
     }
 
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn send(&self, message: &OutboundMessage) -> Classified {
+    async fn send(&self, base: &ChannelBase, message: &OutboundMessage) -> Classified {
         let body = SendBody {
             reference: &message.reference,
             to: message.destination.expose_secret(),
@@ -78,17 +74,6 @@ impl Channel for WebhookChannel {
         let request =
             self.transport.post(&self.send_url).header("Idempotency-Key", message.idempotency_key.as_str()).json(&body);
         let wire = self.transport.call(request).await;
-        send_classified(classify_send(ChannelKind::Webhook, self.base.refusal_5xx(), wire.reply()))
-    }
-
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn query(&self, _reference: &str) -> Classified {
-        no_query()
-    }
-}
-
-impl fmt::Debug for WebhookChannel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.base.debug(f, "WebhookChannel", self.transport.host())
+        classify_send(Self::KIND, base.refusal_5xx(), wire.reply())
     }
 }

@@ -40,8 +40,8 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, URL_
 use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 use herald_domain::classify::{classify_webpush, egress_refused, retry_after_seconds, Classified, Reply};
-use herald_domain::{ChannelKind, ChannelName, ChannelRules, Observation, Timestamp};
-use herald_ports::{Channel, OutboundMessage};
+use herald_domain::{ChannelKind, Observation, Timestamp};
+use herald_ports::OutboundMessage;
 use hkdf::Hkdf;
 use p256::ecdh::EphemeralSecret;
 use p256::ecdsa::signature::Signer;
@@ -57,8 +57,8 @@ use secrecy::ExposeSecret;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::{no_query, send_classified, ChannelBase};
-use crate::config::{is_loopback, ChannelConfig, ConfigError, Urgency};
+use super::{ChannelBase, Kind, KindChannel};
+use crate::config::{is_loopback, ChannelConfig, ConfigError, Urgency, PRIVATE_DEFAULT_TEXT};
 use crate::egress::{refusal_in, Egress, Guard};
 use crate::http::{Connections, HttpTransport};
 
@@ -254,8 +254,10 @@ fn payload(text: &str, tag: &str) -> Vec<u8> {
 }
 
 /// One configured Web Push channel.
-pub struct WebpushChannel {
-    base: ChannelBase,
+pub type WebpushChannel = KindChannel<Webpush>;
+
+/// The Web Push kind's own part: its guarded client, its VAPID key and the headers it sets.
+pub struct Webpush {
     transport: HttpTransport,
     vapid: VapidKey,
     subject: String,
@@ -265,56 +267,11 @@ pub struct WebpushChannel {
     guard: Guard,
 }
 
-impl WebpushChannel {
-    /// Validates `config` (of kind `webpush`), reads its VAPID key and builds the channel's client, guarded
-    /// by the default egress settings (no private range open).
-    ///
-    /// # Errors
-    /// An invalid setting or an unreadable key, naming its key.
-    pub fn new(config: &ChannelConfig) -> Result<Self, ConfigError> {
-        Self::with_egress(config, &Egress::default())
-    }
-
-    /// As [`WebpushChannel::new`], with the installation's egress settings (`[egress]`).
-    ///
-    /// # Errors
-    /// An invalid setting or an unreadable key, naming its key.
-    pub fn with_egress(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError> {
-        let base = ChannelBase::new(config, ChannelKind::Webpush)?;
-        let name = config.name.as_str();
-        let vapid = match (&config.vapid_private_key, &config.vapid_private_key_file) {
-            (Some(key), _) => VapidKey::from_base64(key.expose())
-                .map_err(|reason| ConfigError::new(name, "vapid_private_key", reason))?,
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|_| ConfigError::new(name, "vapid_private_key_file", "cannot be read"))?;
-                VapidKey::from_base64(&text)
-                    .map_err(|reason| ConfigError::new(name, "vapid_private_key_file", reason))?
-            }
-            (None, None) => return Err(ConfigError::new(name, "vapid_private_key", "is required")),
-        };
-        // The endpoint is each user's subscription, so the channel has no URL of its own; the shared client
-        // (timeouts, no proxy, no redirects, a fresh connection per call) is built from a placeholder one
-        // that is never called. Its names resolve only through the guard.
-        let guard = egress.guard(config.allow_loopback_endpoints);
-        let mut client_config = config.clone();
-        client_config.url = "https://webpush.invalid".to_owned();
-        let transport = HttpTransport::guarded(&client_config, Connections::FreshPerCall, &guard)?;
-        Ok(WebpushChannel {
-            base,
-            transport,
-            vapid,
-            subject: config.vapid_subject.clone().unwrap_or_default(),
-            urgency: config.urgency.unwrap_or_default(),
-            allow_loopback_endpoints: config.allow_loopback_endpoints,
-            guard,
-        })
-    }
-
+impl KindChannel<Webpush> {
     /// The VAPID public key (the browser's `applicationServerKey`).
     #[must_use]
     pub fn vapid_public_key(&self) -> &str {
-        self.vapid.public_key()
+        self.kind().vapid.public_key()
     }
 }
 
@@ -335,17 +292,70 @@ fn header(headers: &HeaderMap, name: reqwest::header::HeaderName) -> Option<&str
 }
 
 #[async_trait]
-impl Channel for WebpushChannel {
-    fn name(&self) -> &ChannelName {
-        self.base.name()
+impl Kind for Webpush {
+    const KIND: ChannelKind = ChannelKind::Webpush;
+    const ADAPTER: &'static str = "WebpushChannel";
+    const USES_URL: bool = false;
+    const KEYS: &'static [&'static str] = &[
+        "send_body",
+        "vapid_private_key",
+        "vapid_private_key_file",
+        "vapid_subject",
+        "urgency",
+        "allow_loopback_endpoints",
+    ];
+    const FILES: &'static [&'static str] = &["vapid_private_key_file"];
+    const DEFAULT_TEXT: Option<&'static str> = Some(PRIVATE_DEFAULT_TEXT);
+
+    fn check_config(config: &ChannelConfig) -> Result<(), ConfigError> {
+        let err = |key: &str, reason: &str| Err(ConfigError::new(&config.name, key, reason));
+        if config.vapid_private_key.is_some() && config.vapid_private_key_file.is_some() {
+            return err("vapid_private_key", "is given both directly and as vapid_private_key_file; give one");
+        }
+        if config.vapid_private_key.is_none() && config.vapid_private_key_file.is_none() {
+            return err("vapid_private_key", "is required for a webpush channel (`herald keys vapid` makes one)");
+        }
+        match config.vapid_subject.as_deref() {
+            Some(sub) if sub.starts_with("mailto:") || sub.starts_with("https://") => Ok(()),
+            Some(_) => err("vapid_subject", "must be a mailto: or https: URL"),
+            None => err("vapid_subject", "is required for a webpush channel (a mailto: or https: contact)"),
+        }
     }
 
-    fn rules(&self) -> ChannelRules {
-        self.base.rules()
+    /// Reads the VAPID key and builds the client, guarded by `egress`.
+    fn build(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError> {
+        let name = config.name.as_str();
+        let vapid = match (&config.vapid_private_key, &config.vapid_private_key_file) {
+            (Some(key), _) => VapidKey::from_base64(key.expose())
+                .map_err(|reason| ConfigError::new(name, "vapid_private_key", reason))?,
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|_| ConfigError::new(name, "vapid_private_key_file", "cannot be read"))?;
+                VapidKey::from_base64(&text)
+                    .map_err(|reason| ConfigError::new(name, "vapid_private_key_file", reason))?
+            }
+            (None, None) => return Err(ConfigError::new(name, "vapid_private_key", "is required")),
+        };
+        // The endpoint is each user's subscription, so the channel has no URL of its own; the shared client
+        // (timeouts, no proxy, no redirects, a fresh connection per call) is built from a placeholder one
+        // that is never called. Its names resolve only through the guard.
+        let guard = egress.guard(config.allow_loopback_endpoints);
+        let mut client_config = config.clone();
+        client_config.url = "https://webpush.invalid".to_owned();
+        let transport = HttpTransport::guarded(&client_config, Connections::FreshPerCall, &guard)?;
+        Ok(Webpush {
+            transport,
+            vapid,
+            subject: config.vapid_subject.clone().unwrap_or_default(),
+            urgency: config.urgency.unwrap_or_default(),
+            allow_loopback_endpoints: config.allow_loopback_endpoints,
+            guard,
+        })
     }
 
-    fn outbound_text(&self, body: &str, digest_count: Option<u32>) -> String {
-        self.base.outbound_text(body, digest_count)
+    /// Not one host: each subscription names its push service.
+    fn host(&self) -> &str {
+        "(each subscription's push service)"
     }
 
     /// A `PushSubscription` JSON whose endpoint is no address literal (nor `localhost`) the egress guard
@@ -355,29 +365,28 @@ impl Channel for WebpushChannel {
         self.guard.check_url(&subscription.endpoint).map_err(|refused| refused.reason())
     }
 
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn send(&self, message: &OutboundMessage) -> Classified {
+    async fn send(&self, base: &ChannelBase, message: &OutboundMessage) -> Classified {
         let rejected = |detail: &str| Classified { observation: Observation::Rejected, detail: detail.to_owned() };
         // Checked when stored; a stored value that is no subscription can never be sent.
         let Ok(subscription) = Subscription::parse(message.destination.expose_secret()) else {
-            return send_classified(rejected("the stored destination is not a push subscription"));
+            return rejected("the stored destination is not a push subscription");
         };
         // Again at every send: a value stored before the guard existed, or under other `[egress]` settings.
         // A literal address never reaches the resolver, so this is its only check.
         if let Err(refused) = self.guard.check_url(&subscription.endpoint) {
-            return send_classified(egress_refused(refused.reason()));
+            return egress_refused(refused.reason());
         }
         if subscription.endpoint.scheme() == "http" && !self.allow_loopback_endpoints {
             // Stored by a user; only a channel configured for a local stand-in posts to the machine itself.
-            return send_classified(rejected("the subscription's endpoint is not https"));
+            return rejected("the subscription's endpoint is not https");
         }
         let topic = topic(&message.reference);
         let Some(body) = encrypt(&subscription, &payload(&message.text, &topic)) else {
-            return send_classified(rejected("the payload could not be encrypted"));
+            return rejected("the payload could not be encrypted");
         };
         let authorization = self.vapid.authorization(&subscription.endpoint, &self.subject, SystemTime::now());
         let Ok(authorization) = HeaderValue::from_str(&authorization) else {
-            return send_classified(rejected("the VAPID authorization could not be built"));
+            return rejected("the VAPID authorization could not be built");
         };
         let request = self
             .transport
@@ -394,9 +403,9 @@ impl Channel for WebpushChannel {
             Err(err) => {
                 // The name resolved to an address the guard refuses: no connection was opened.
                 if let Some(refused) = refusal_in(&err) {
-                    return send_classified(egress_refused(refused.reason()));
+                    return egress_refused(refused.reason());
                 }
-                return send_classified(classify_webpush(failure(&err), None, self.base.refusal_5xx()));
+                return classify_webpush(failure(&err), None, base.refusal_5xx());
             }
         };
         let status = response.status().as_u16();
@@ -408,12 +417,7 @@ impl Channel for WebpushChannel {
         // The status decides; the body is not read (a push service's error text may quote the endpoint).
         drop(response);
         let reply = Reply::Response { status, body: "", retry_after: retry_after.as_deref() };
-        send_classified(classify_webpush(reply, location.as_deref(), self.base.refusal_5xx()))
-    }
-
-    #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
-    async fn query(&self, _reference: &str) -> Classified {
-        no_query()
+        classify_webpush(reply, location.as_deref(), base.refusal_5xx())
     }
 }
 
@@ -423,11 +427,6 @@ fn wall_clock() -> Timestamp {
     Timestamp(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
 }
 
-impl fmt::Debug for WebpushChannel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.base.debug(f, "WebpushChannel", "(each subscription's push service)")
-    }
-}
 
 #[cfg(test)]
 mod tests {

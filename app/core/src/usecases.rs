@@ -701,7 +701,7 @@ pub async fn test_send(services: &Services, user: &UserId, channel: &ChannelName
         // What the user will confirm is this destination; a later change makes the confirmation moot.
         services.prefs.record_test_accepted(user, channel, &stored).await?;
     }
-    if herald_domain::classify::webpush_subscription_expired(&classified) {
+    if herald_domain::classify::destination_gone(&classified) {
         // Gone for good, as a delivery would have found it: the channel goes off, marked, until the user
         // subscribes again.
         services.prefs.record_destination_gone(user, channel, &stored).await?;

@@ -8,6 +8,7 @@ mod cli_errors;
 mod console_pages;
 mod demo;
 mod digest;
+mod echo_kind;
 mod egress;
 mod egress_guard;
 mod email;
