@@ -312,12 +312,14 @@ fn deserialize_consistency<'de, D: Deserializer<'de>>(deserializer: D) -> Result
     deserializer.deserialize_any(ConsistencyVisitor)
 }
 
-/// A kind this build knows ([`crate::kinds::named`]).
+/// A kind this build knows ([`crate::kinds::named`]); another is serde's "unknown variant", whose
+/// message names the kinds known (and, as the application reports it, never the value given).
 fn deserialize_kind<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ChannelKind, D::Error> {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     let name = String::deserialize(deserializer)?;
     crate::kinds::named(&name).map(|entry| entry.kind).ok_or_else(|| {
-        let known: Vec<String> = crate::kinds::KINDS.iter().map(|entry| format!("`{}`", entry.kind.name())).collect();
-        de::Error::custom(format_args!("unknown variant `{name}`, expected one of {}", known.join(", ")))
+        let names = NAMES.get_or_init(|| crate::kinds::KINDS.iter().map(|entry| entry.kind.name()).collect());
+        de::Error::unknown_variant(&name, names)
     })
 }
 

@@ -194,9 +194,10 @@ impl Wire {
     }
 }
 
-/// The mapping of the module documentation. Order matters: a connect timeout is both
-/// `is_connect()` and `is_timeout()`, and it never wrote the request.
-fn failure(err: &reqwest::Error) -> Reply<'static> {
+/// The mapping of the module documentation (also for Web Push, which reads a header of the answer and
+/// so sends by itself). Order matters: a connect timeout is both `is_connect()` and `is_timeout()`, and it
+/// never wrote the request.
+pub(crate) fn failure(err: &reqwest::Error) -> Reply<'static> {
     if err.is_connect() || err.is_builder() {
         Reply::NotSent
     } else if err.is_timeout() {
@@ -207,7 +208,7 @@ fn failure(err: &reqwest::Error) -> Reply<'static> {
 }
 
 /// This machine's wall clock, only for reading an HTTP-date `Retry-After` sent without a `Date`.
-fn wall_clock() -> Timestamp {
+pub(crate) fn wall_clock() -> Timestamp {
     let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     Timestamp(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
 }

@@ -282,65 +282,52 @@ pub enum SmtpEvent<'a> {
 #[must_use]
 pub fn classify_smtp(stage: SmtpStage, event: SmtpEvent<'_>) -> Classified {
     let retry = |detail: String| Classified::new(Observation::RetryableReject { retry_after: None }, detail);
-    let name = match stage {
-        SmtpStage::Connect => "connect",
-        SmtpStage::StartTls => "STARTTLS",
-        SmtpStage::Auth => "AUTH",
-        SmtpStage::Mail => "MAIL",
-        SmtpStage::Rcpt => "RCPT",
-        SmtpStage::Data => "DATA",
-        SmtpStage::EndOfData => "end of DATA",
+    // Before MAIL no transaction was begun; from MAIL to DATA one was, but none of the message was sent.
+    let (name, in_transaction) = match stage {
+        SmtpStage::Connect => ("connect", false),
+        SmtpStage::StartTls => ("STARTTLS", false),
+        SmtpStage::Auth => ("AUTH", false),
+        SmtpStage::Mail => ("MAIL", true),
+        SmtpStage::Rcpt => ("RCPT", true),
+        SmtpStage::Data => ("DATA", true),
+        SmtpStage::EndOfData => return classify_end_of_data(event),
     };
-    match (stage, event) {
-        (SmtpStage::Connect | SmtpStage::StartTls | SmtpStage::Auth, SmtpEvent::Reply { code, .. }) => {
-            retry(format!("not sent: SMTP {code} at {name}"))
+    let before = if in_transaction { ", before the message" } else { "" };
+    match event {
+        SmtpEvent::Reply { code: code @ 500..=599, .. } if in_transaction => {
+            Classified::new(Observation::Rejected, format!("refused: SMTP {code} at {name}"))
         }
-        (SmtpStage::Connect | SmtpStage::StartTls | SmtpStage::Auth, SmtpEvent::TimedOut) => {
-            retry(format!("not sent: timed out at {name}"))
-        }
-        (SmtpStage::Connect | SmtpStage::StartTls | SmtpStage::Auth, SmtpEvent::Broken) => {
-            retry(format!("not sent: connection failed at {name}"))
-        }
-        (SmtpStage::Mail | SmtpStage::Rcpt | SmtpStage::Data, SmtpEvent::Reply { code: 500..=599, .. }) => {
-            Classified::new(Observation::Rejected, format!("refused: SMTP {code} at {name}", code = reply_code(event)))
-        }
-        (SmtpStage::Mail | SmtpStage::Rcpt | SmtpStage::Data, SmtpEvent::Reply { code, .. }) => {
-            retry(format!("not sent: SMTP {code} at {name}"))
-        }
-        (SmtpStage::Mail | SmtpStage::Rcpt | SmtpStage::Data, SmtpEvent::TimedOut) => {
-            retry(format!("not sent: timed out at {name}, before the message"))
-        }
-        (SmtpStage::Mail | SmtpStage::Rcpt | SmtpStage::Data, SmtpEvent::Broken) => {
-            retry(format!("not sent: connection broke at {name}, before the message"))
-        }
-        (SmtpStage::EndOfData, SmtpEvent::Reply { code: 200..=299, text }) => Classified::new(
-            Observation::Accepted { provider_msg_id: queue_id(text) },
-            format!("accepted: SMTP {code} at end of DATA", code = reply_code(event)),
-        ),
-        (SmtpStage::EndOfData, SmtpEvent::Reply { code: 400..=499, .. }) => Classified::new(
-            Observation::RetryableReject { retry_after: None },
-            format!("refused before acceptance: SMTP {code} at end of DATA", code = reply_code(event)),
-        ),
-        (SmtpStage::EndOfData, SmtpEvent::Reply { code: 500..=599, .. }) => Classified::new(
-            Observation::Rejected,
-            format!("refused: SMTP {code} at end of DATA", code = reply_code(event)),
-        ),
-        (SmtpStage::EndOfData, SmtpEvent::Reply { code, .. }) => {
-            Classified::new(Observation::IoError, format!("SMTP {code} at end of DATA: outcome unknown"))
-        }
-        (SmtpStage::EndOfData, SmtpEvent::TimedOut) => {
-            Classified::new(Observation::Timeout, "timed out waiting for the reply to the end of DATA")
-        }
-        (SmtpStage::EndOfData, SmtpEvent::Broken) => {
-            Classified::new(Observation::IoError, "connection broke after the message was sent: outcome unknown")
-        }
+        SmtpEvent::Reply { code, .. } => retry(format!("not sent: SMTP {code} at {name}")),
+        SmtpEvent::TimedOut => retry(format!("not sent: timed out at {name}{before}")),
+        SmtpEvent::Broken if in_transaction => retry(format!("not sent: connection broke at {name}{before}")),
+        SmtpEvent::Broken => retry(format!("not sent: connection failed at {name}")),
     }
 }
 
-fn reply_code(event: SmtpEvent<'_>) -> u16 {
+/// The rows of [`classify_smtp`] for the reply to the final `.`: the one stage at which the server may
+/// have taken responsibility.
+fn classify_end_of_data(event: SmtpEvent<'_>) -> Classified {
     match event {
-        SmtpEvent::Reply { code, .. } => code,
-        SmtpEvent::TimedOut | SmtpEvent::Broken => 0,
+        SmtpEvent::Reply { code: code @ 200..=299, text } => Classified::new(
+            Observation::Accepted { provider_msg_id: queue_id(text) },
+            format!("accepted: SMTP {code} at end of DATA"),
+        ),
+        SmtpEvent::Reply { code: code @ 400..=499, .. } => Classified::new(
+            Observation::RetryableReject { retry_after: None },
+            format!("refused before acceptance: SMTP {code} at end of DATA"),
+        ),
+        SmtpEvent::Reply { code: code @ 500..=599, .. } => {
+            Classified::new(Observation::Rejected, format!("refused: SMTP {code} at end of DATA"))
+        }
+        SmtpEvent::Reply { code, .. } => {
+            Classified::new(Observation::IoError, format!("SMTP {code} at end of DATA: outcome unknown"))
+        }
+        SmtpEvent::TimedOut => {
+            Classified::new(Observation::Timeout, "timed out waiting for the reply to the end of DATA")
+        }
+        SmtpEvent::Broken => {
+            Classified::new(Observation::IoError, "connection broke after the message was sent: outcome unknown")
+        }
     }
 }
 

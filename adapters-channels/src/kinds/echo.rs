@@ -23,9 +23,6 @@ impl Kind for Echo {
     const KIND: ChannelKind = ChannelKind::new("echo", Promise::Idempotent, Answers::Json { honours_key: true });
     const ADAPTER: &'static str = "EchoChannel";
     const USES_URL: bool = false;
-    const KEYS: &'static [&'static str] = &[];
-    const FILES: &'static [&'static str] = &[];
-    const DEFAULT_TEXT: Option<&'static str> = None;
 
     /// A digest needs a second prompt per window to merge into, so an echo channel refuses a digest of
     /// one (it would only ever send digests): the check of a kind's own rule, naming the key.

@@ -42,8 +42,6 @@ impl Kind for Miaotixing {
     const KIND: ChannelKind = ChannelKind::Miaotixing;
     const ADAPTER: &'static str = "MiaotixingChannel";
     const USES_URL: bool = true;
-    const KEYS: &'static [&'static str] = &[];
-    const FILES: &'static [&'static str] = &[];
     const DEFAULT_TEXT: Option<&'static str> = Some(MIAOTIXING_DEFAULT_TEXT);
     const DEFAULT_MIN_INTERVAL_MS: u64 = MIAOTIXING_MIN_INTERVAL_MS;
 

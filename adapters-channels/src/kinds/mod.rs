@@ -63,14 +63,15 @@ pub trait Kind: Send + Sync + Sized + 'static {
     const ADAPTER: &'static str;
     /// Whether it sends to the entry's `url` (the others refuse one).
     const USES_URL: bool;
-    /// The kind-specific keys of [`ChannelConfig`] it reads; another kind's key on its entry is refused.
-    const KEYS: &'static [&'static str];
+    /// The kind-specific keys of [`ChannelConfig`] it reads (none unless it says); another kind's key on
+    /// its entry is refused.
+    const KEYS: &'static [&'static str] = &[];
     /// Those of its keys that name a file read when it is built (a password, a key, a CA), so that the
     /// loader takes a relative path from the configuration file's folder.
-    const FILES: &'static [&'static str];
+    const FILES: &'static [&'static str] = &[];
     /// The text sent instead of the body when no `text` is configured (and, where the kind reads it, no
-    /// `send_body = true`); `None`: the body.
-    const DEFAULT_TEXT: Option<&'static str>;
+    /// `send_body = true`); `None`, unless it says: the body.
+    const DEFAULT_TEXT: Option<&'static str> = None;
     /// The egress interval when none is configured.
     const DEFAULT_MIN_INTERVAL_MS: u64 = 0;
 

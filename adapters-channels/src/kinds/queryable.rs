@@ -43,9 +43,6 @@ impl Kind for Queryable {
     const KIND: ChannelKind = ChannelKind::Queryable;
     const ADAPTER: &'static str = "QueryableChannel";
     const USES_URL: bool = true;
-    const KEYS: &'static [&'static str] = &[];
-    const FILES: &'static [&'static str] = &[];
-    const DEFAULT_TEXT: Option<&'static str> = None;
 
     fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
         Ok(())

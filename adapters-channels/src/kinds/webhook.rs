@@ -41,9 +41,6 @@ impl Kind for Webhook {
     const KIND: ChannelKind = ChannelKind::Webhook;
     const ADAPTER: &'static str = "WebhookChannel";
     const USES_URL: bool = true;
-    const KEYS: &'static [&'static str] = &[];
-    const FILES: &'static [&'static str] = &[];
-    const DEFAULT_TEXT: Option<&'static str> = None;
 
     fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
         Ok(())

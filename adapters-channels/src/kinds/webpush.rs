@@ -40,7 +40,7 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, URL_
 use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 use herald_domain::classify::{classify_webpush, egress_refused, retry_after_seconds, Classified, Reply};
-use herald_domain::{ChannelKind, Observation, Timestamp};
+use herald_domain::{ChannelKind, Observation};
 use herald_ports::OutboundMessage;
 use hkdf::Hkdf;
 use p256::ecdh::EphemeralSecret;
@@ -60,7 +60,7 @@ use sha2::{Digest, Sha256};
 use super::{ChannelBase, Kind, KindChannel};
 use crate::config::{is_loopback, ChannelConfig, ConfigError, Urgency, PRIVATE_DEFAULT_TEXT};
 use crate::egress::{refusal_in, Egress, Guard};
-use crate::http::{Connections, HttpTransport};
+use crate::http::{failure, wall_clock, Connections, HttpTransport};
 
 /// The record size announced in the `aes128gcm` header: one record holds the whole payload.
 const RECORD_SIZE: u32 = 4096;
@@ -275,18 +275,6 @@ impl KindChannel<Webpush> {
     }
 }
 
-/// The transport-failure mapping of the crate's `http` module (see its table), for the one HTTP kind that
-/// reads a header of the answer (`Location`) and so sends by itself.
-fn failure(err: &reqwest::Error) -> Reply<'static> {
-    if err.is_connect() || err.is_builder() {
-        Reply::NotSent
-    } else if err.is_timeout() {
-        Reply::TimedOut
-    } else {
-        Reply::Broken
-    }
-}
-
 fn header(headers: &HeaderMap, name: reqwest::header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|value| value.to_str().ok())
 }
@@ -421,11 +409,6 @@ impl Kind for Webpush {
     }
 }
 
-/// This machine's wall clock, only for reading an HTTP-date `Retry-After` sent without a `Date`.
-fn wall_clock() -> Timestamp {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    Timestamp(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
-}
 
 
 #[cfg(test)]

@@ -302,12 +302,8 @@ pub async fn get_inbox(
     let mut items =
         herald_core::usecases::inbox_page(&state.services(), &UserId::new(user_id), after, limit.saturating_add(1))
             .await?;
-    let next_cursor = if items.len() > limit as usize {
-        items.truncate(limit as usize);
-        items.last().map(|last| super::model::cursor("inbox", last.created_at.0, last.notification_ref))
-    } else {
-        None
-    };
+    let next_cursor =
+        next_page(&mut items, limit, |last| super::model::cursor("inbox", last.created_at.0, last.notification_ref));
     let mut out = Vec::with_capacity(items.len());
     for item in &items {
         let channels = item
@@ -352,12 +348,8 @@ pub async fn list_review(
     let after = query.position("review")?.map(|(at, id)| (herald_domain::Timestamp(at), TaskId(id)));
     let mut page =
         herald_core::usecases::review_page(&state.services(), None, None, after, limit.saturating_add(1)).await?;
-    let next_cursor = if page.len() > limit as usize {
-        page.truncate(limit as usize);
-        page.last().map(|last| super::model::cursor("review", last.parked_at.0, last.task.task_id.0))
-    } else {
-        None
-    };
+    let next_cursor =
+        next_page(&mut page, limit, |last| super::model::cursor("review", last.parked_at.0, last.task.task_id.0));
     let tasks = page
         .iter()
         .map(|parked| &parked.task)
@@ -562,4 +554,15 @@ pub async fn metrics(State(state): State<ApiState>, headers: axum::http::HeaderM
 )]
 pub async fn openapi(State(state): State<ApiState>) -> Response {
     Json(super::openapi_json(&state.services.channels)).into_response()
+}
+
+/// Of a page read with one item more than `limit`, keeps `limit` and gives the cursor after the last one
+/// kept, when there was more.
+fn next_page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> String) -> Option<String> {
+    let limit = limit as usize;
+    if items.len() <= limit {
+        return None;
+    }
+    items.truncate(limit);
+    items.last().map(cursor)
 }

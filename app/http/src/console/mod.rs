@@ -212,6 +212,13 @@ impl Ctx {
         }
     }
 
+    /// The user's id for a form they posted (its CSRF token checked), or the answer to give instead.
+    fn user_posting(&self, csrf: &str) -> Result<UserId, Response> {
+        let (_, user) = self.user()?;
+        self.check_csrf(csrf)?;
+        Ok(user)
+    }
+
     /// Any session, or the answer to give instead.
     fn signed_in(&self) -> Result<&Session, Response> {
         self.session.as_ref().ok_or_else(|| self.to_signin())
@@ -333,16 +340,23 @@ async fn login_page(ctx: Ctx, Query(q): Query<LoginQuery>) -> Response {
     ctx.page(status, w.signin_title, flash, pages::signin(w))
 }
 
+/// A `Debug` that shows only the type's name: the forms below carry a password, a code or a destination.
+macro_rules! redacted_debug {
+    ($form:ident) => {
+        impl std::fmt::Debug for $form {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(concat!(stringify!($form), "([redacted])"))
+            }
+        }
+    };
+}
+
 #[derive(Deserialize)]
 struct LoginForm {
     token: String,
 }
 
-impl std::fmt::Debug for LoginForm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LoginForm([redacted])")
-    }
-}
+redacted_debug!(LoginForm);
 
 /// Sign-in with a token typed into the form: an admin token opens the operator pages, a user token that
 /// user's pages. The token is compared and dropped; the session is bound to it by its digest.
@@ -395,11 +409,7 @@ struct LinkForm {
     code: String,
 }
 
-impl std::fmt::Debug for LinkForm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("LinkForm([redacted])")
-    }
-}
+redacted_debug!(LinkForm);
 
 /// The link page's button: the code is burnt and exchanged for a session, once, before it expires —
 /// checked like the sign-in form (`Sec-Fetch-Site`).
@@ -816,13 +826,10 @@ async fn mark_read(
     Path(id): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    let user = match ctx.user() {
-        Ok((_, user)) => user,
+    let user = match ctx.user_posting(&form.csrf) {
+        Ok(user) => user,
         Err(r) => return r,
     };
-    if let Err(refused) = ctx.check_csrf(&form.csrf) {
-        return refused;
-    }
     let Some(id) = NotificationRef::parse(&id) else { return ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found) };
     match usecases::mark_read(&state.services(), &user, id).await {
         Ok(MarkRead::Marked(_) | MarkRead::AlreadyRead(_)) => see_other(&format!("/console/me/inbox#n-{id}")),
@@ -940,11 +947,7 @@ struct ChannelForm {
     enabled: Option<String>,
 }
 
-impl std::fmt::Debug for ChannelForm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ChannelForm([redacted])")
-    }
-}
+redacted_debug!(ChannelForm);
 
 async fn save_channel(
     ctx: Ctx,
@@ -952,13 +955,10 @@ async fn save_channel(
     Path(channel): Path<String>,
     Form(form): Form<ChannelForm>,
 ) -> Response {
-    let user = match ctx.user() {
-        Ok((_, user)) => user,
+    let user = match ctx.user_posting(&form.csrf) {
+        Ok(user) => user,
         Err(r) => return r,
     };
-    if let Err(refused) = ctx.check_csrf(&form.csrf) {
-        return refused;
-    }
     let w = ctx.w();
     // A blank field keeps the stored destination, as the form says.
     let destination = form.destination.trim();
@@ -992,13 +992,10 @@ async fn test_channel(
     Path(channel): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    let user = match ctx.user() {
-        Ok((_, user)) => user,
+    let user = match ctx.user_posting(&form.csrf) {
+        Ok(user) => user,
         Err(r) => return r,
     };
-    if let Err(refused) = ctx.check_csrf(&form.csrf) {
-        return refused;
-    }
     let name = ChannelName::new(channel.clone());
     let (result, secs, why) = match usecases::test_send(&state.services(), &user, &name).await {
         Ok(sent) => match sent.outcome {
@@ -1034,13 +1031,10 @@ async fn confirm_channel(
     Path(channel): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    let user = match ctx.user() {
-        Ok((_, user)) => user,
+    let user = match ctx.user_posting(&form.csrf) {
+        Ok(user) => user,
         Err(r) => return r,
     };
-    if let Err(refused) = ctx.check_csrf(&form.csrf) {
-        return refused;
-    }
     let w = ctx.w();
     match usecases::confirm(&state.services(), &user, &ChannelName::new(channel)).await {
         Ok(_) => see_other("/console/me/channels?notice=confirmed"),
