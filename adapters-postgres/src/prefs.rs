@@ -73,17 +73,14 @@ impl PreferenceStore for PgStore {
         channel: &ChannelName,
         tested: &[u8],
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
+        self.update_pref_holding(
             "UPDATE channel_pref SET tested_destination = destination \
              WHERE user_id = $1 AND channel = $2 AND destination = $3",
+            user,
+            channel,
+            tested,
         )
-        .bind(user.as_str())
-        .bind(channel.as_str())
-        .bind(tested)
-        .execute(&self.pool)
         .await
-        .map_err(store_error)?;
-        Ok(done.rows_affected() == 1)
     }
 
     async fn record_destination_gone(
@@ -93,18 +90,15 @@ impl PreferenceStore for PgStore {
         tested: &[u8],
     ) -> Result<bool, StoreError> {
         // The same consequence as migration 0006's trigger after a delivery's attempt.
-        let done = sqlx::query(
+        self.update_pref_holding(
             "UPDATE channel_pref SET enabled = false, destination_expired_at = COALESCE(destination_expired_at, now()), \
                     version = version + 1, updated_at = now() \
              WHERE user_id = $1 AND channel = $2 AND destination = $3",
+            user,
+            channel,
+            tested,
         )
-        .bind(user.as_str())
-        .bind(channel.as_str())
-        .bind(tested)
-        .execute(&self.pool)
         .await
-        .map_err(store_error)?;
-        Ok(done.rows_affected() == 1)
     }
 
     async fn mark_verified(&self, user: &UserId, channel: &ChannelName) -> Result<bool, StoreError> {
@@ -189,6 +183,27 @@ impl PreferenceStore for PgStore {
         .execute(&self.pool)
         .await
         .map_err(store_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+impl PgStore {
+    /// Runs `sql`, an UPDATE of `user`'s preference for `channel` (`$1`, `$2`) that still holds the
+    /// destination `tested` (`$3`); whether it changed the row.
+    async fn update_pref_holding(
+        &self,
+        sql: &'static str,
+        user: &UserId,
+        channel: &ChannelName,
+        tested: &[u8],
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(sql)
+            .bind(user.as_str())
+            .bind(channel.as_str())
+            .bind(tested)
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
         Ok(done.rows_affected() == 1)
     }
 }

@@ -67,20 +67,19 @@ pub(crate) async fn reserve_test_send(
             return Ok(TestSendGrant::ChannelBusy(until.since(now)));
         }
     }
-    sqlx::query("INSERT INTO test_send_log (user_id, channel, sent_at) VALUES ($1, $2, $3)")
-        .bind(user.as_str())
-        .bind(channel.as_str())
-        .bind(to_db(now))
-        .execute(&mut *tx)
-        .await
-        .map_err(store_error)?;
-    sqlx::query("DELETE FROM test_send_log WHERE user_id = $1 AND channel = $2 AND sent_at <= $3 - interval '1 day'")
-        .bind(user.as_str())
-        .bind(channel.as_str())
-        .bind(to_db(now))
-        .execute(&mut *tx)
-        .await
-        .map_err(store_error)?;
+    // This send into the log, and the user's entries older than a day out of it.
+    for sql in [
+        "INSERT INTO test_send_log (user_id, channel, sent_at) VALUES ($1, $2, $3)",
+        "DELETE FROM test_send_log WHERE user_id = $1 AND channel = $2 AND sent_at <= $3 - interval '1 day'",
+    ] {
+        sqlx::query(sql)
+            .bind(user.as_str())
+            .bind(channel.as_str())
+            .bind(to_db(now))
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
+    }
     tx.commit().await.map_err(store_error)?;
     Ok(TestSendGrant::Go)
 }
