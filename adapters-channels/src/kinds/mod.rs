@@ -333,6 +333,26 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_is_listed_once_under_a_name_of_its_own() {
+        let mut names: Vec<&str> = KINDS.iter().map(|entry| entry.kind.name()).collect();
+        let listed = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), listed, "a name twice: {names:?}");
+        let shipped = [
+            ChannelKind::Webhook,
+            ChannelKind::Queryable,
+            ChannelKind::Miaotixing,
+            ChannelKind::Email,
+            ChannelKind::Webpush,
+        ];
+        for kind in shipped {
+            assert_eq!(entry(kind).map(|entry| entry.kind), Some(kind), "{kind}");
+        }
+        assert!(named("fax").is_none());
+    }
+
+    #[test]
     fn an_adapter_refuses_the_config_of_another_kind() {
         let config = ChannelConfig::new("push", ChannelKind::Queryable, "http://127.0.0.1:9");
         let err = webhook::WebhookChannel::new(&config).expect_err("a queryable entry");
