@@ -474,6 +474,25 @@ impl ChannelConfig {
         (entry.check_config)(self)
     }
 
+    /// What a process serving a network refuses of this entry: its kind's rules (a placeholder secret, a
+    /// setting for local stand-ins only, see `Kind::check_production`) and, for every kind, destinations in
+    /// the clear off this machine ([`ChannelConfig::plain_http_off_loopback`]).
+    ///
+    /// # Errors
+    /// The first such setting, naming its key.
+    pub fn check_production(&self, placeholder: fn(&str) -> bool, stand_ins: bool) -> Result<(), ConfigError> {
+        (self.entry()?.check_production)(self, placeholder, stand_ins)?;
+        if self.plain_http_off_loopback() {
+            return Err(ConfigError::new(
+                &self.name,
+                "url",
+                "is http:// to a host that is not this machine: destinations would cross the network in the clear; \
+                 use https://, or set allow_plain_http = true for this channel if the network is yours",
+            ));
+        }
+        Ok(())
+    }
+
     /// Each kind-specific key (those a kind lists in its `KEYS`), and whether this entry gives it.
     fn kind_keys(&self) -> [(&'static str, bool); 15] {
         [

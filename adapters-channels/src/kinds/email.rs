@@ -318,6 +318,22 @@ impl Kind for Email {
         Ok(())
     }
 
+    /// A password that is still a placeholder.
+    fn check_production(
+        config: &ChannelConfig,
+        placeholder: fn(&str) -> bool,
+        _stand_ins: bool,
+    ) -> Result<(), ConfigError> {
+        if config.password.as_ref().is_some_and(|password| placeholder(password.expose())) {
+            return Err(ConfigError::new(
+                &config.name,
+                "password",
+                "is a placeholder: give the SMTP server's real password (or password_file)",
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads the password and the CA file, if any.
     fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
         Email::read(config)

@@ -82,6 +82,20 @@ pub trait Kind: Send + Sync + Sized + 'static {
     /// The first invalid key, named (`ConfigError::new(&config.name, key, reason)`).
     fn check_config(config: &ChannelConfig) -> Result<(), ConfigError>;
 
+    /// What a process serving a network refuses of its entry (`herald serve`, `worker`), naming the key and
+    /// never the value: a secret that is still a placeholder (`placeholder` says what is one), a setting
+    /// only local stand-ins may use (`stand_ins`: the process was started for them). Nothing unless it says.
+    ///
+    /// # Errors
+    /// The first such setting.
+    fn check_production(
+        _config: &ChannelConfig,
+        _placeholder: fn(&str) -> bool,
+        _stand_ins: bool,
+    ) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
     /// Builds the transport of a checked entry of this kind.
     ///
     /// # Errors
@@ -108,6 +122,9 @@ pub trait Kind: Send + Sync + Sized + 'static {
     }
 }
 
+/// [`Kind::check_production`].
+type CheckProduction = fn(&ChannelConfig, fn(&str) -> bool, bool) -> Result<(), ConfigError>;
+
 /// Builds a checked entry's adapter.
 type Build = fn(&ChannelConfig, &Egress) -> Result<Box<dyn ChannelAdapter>, ConfigError>;
 
@@ -118,6 +135,7 @@ pub struct KindEntry {
     pub(crate) keys: &'static [&'static str],
     pub(crate) default_min_interval_ms: u64,
     pub(crate) check_config: fn(&ChannelConfig) -> Result<(), ConfigError>,
+    pub(crate) check_production: CheckProduction,
     pub(crate) files: &'static [&'static str],
     pub(crate) default_text: Option<&'static str>,
     pub(crate) build: Build,
@@ -133,6 +151,7 @@ impl KindEntry {
             keys: K::KEYS,
             default_min_interval_ms: K::DEFAULT_MIN_INTERVAL_MS,
             check_config: K::check_config,
+            check_production: K::check_production,
             files: K::FILES,
             default_text: K::DEFAULT_TEXT,
             build: build::<K>,

@@ -310,6 +310,24 @@ impl Kind for Webpush {
         }
     }
 
+    /// `allow_loopback_endpoints` outside a process started for local stand-ins.
+    fn check_production(
+        config: &ChannelConfig,
+        _placeholder: fn(&str) -> bool,
+        stand_ins: bool,
+    ) -> Result<(), ConfigError> {
+        if config.allow_loopback_endpoints && !stand_ins {
+            return Err(ConfigError::new(
+                &config.name,
+                "allow_loopback_endpoints",
+                "lets a user's subscription make Herald post to the services of its own machine; it is for a local \
+                 push-service stand-in only (tests, the soak: start with --stand-ins). Remove it; for an internal push \
+                 service, list its range in [egress] allow_private",
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads the VAPID key and builds the client, guarded by `egress`.
     fn build(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError> {
         let name = config.name.as_str();

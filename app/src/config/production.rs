@@ -81,28 +81,10 @@ pub fn check_with(config: &Config, with_api: bool, stand_ins: bool) -> Result<()
             }
         }
     }
+    // What each channel's kind refuses on a network (a placeholder password, stand-in-only settings), and
+    // destinations in the clear off this machine.
     for channel in &config.channels {
-        if channel.password.as_ref().is_some_and(|password| placeholder(password.expose())) {
-            return Err(ConfigError::new(
-                format!("channel.{}.password", channel.name),
-                "is a placeholder: give the SMTP server's real password (or password_file)",
-            ));
-        }
-        if channel.allow_loopback_endpoints && !stand_ins {
-            return Err(ConfigError::new(
-                format!("channel.{}.allow_loopback_endpoints", channel.name),
-                "lets a user's subscription make Herald post to the services of its own machine; it is for a local \
-                 push-service stand-in only (tests, the soak: start with --stand-ins). Remove it; for an internal push \
-                 service, list its range in [egress] allow_private",
-            ));
-        }
-        if channel.plain_http_off_loopback() {
-            return Err(ConfigError::new(
-                format!("channel.{}.url", channel.name),
-                "is http:// to a host that is not this machine: destinations would cross the network in the clear; \
-                 use https://, or set allow_plain_http = true for this channel if the network is yours",
-            ));
-        }
+        channel.check_production(placeholder, stand_ins).map_err(|error| ConfigError::new(error.key, error.reason))?;
     }
     Ok(())
 }
