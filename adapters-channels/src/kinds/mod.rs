@@ -232,17 +232,13 @@ impl<K: Kind> Channel for KindChannel<K> {
     /// Logs the classification (outcome and the secret-free detail only).
     #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
     async fn send(&self, message: &OutboundMessage) -> Classified {
-        let classified = self.kind.send(&self.base, message).await;
-        tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "send classified");
-        classified
+        send_classified(self.kind.send(&self.base, message).await)
     }
 
     /// Logs the classification (outcome and the secret-free detail only).
     #[tracing::instrument(skip_all, fields(channel = %self.base.name()))]
     async fn query(&self, reference: &str) -> Classified {
-        let classified = self.kind.query(&self.base, reference).await;
-        tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "query classified");
-        classified
+        query_classified(self.kind.query(&self.base, reference).await)
     }
 }
 
@@ -312,6 +308,18 @@ impl ChannelBase {
             .field("rules", &self.rules)
             .finish_non_exhaustive()
     }
+}
+
+/// Logs a send's classification (outcome and the secret-free detail only) and returns it.
+fn send_classified(classified: Classified) -> Classified {
+    tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "send classified");
+    classified
+}
+
+/// Logs a query's classification (outcome and the secret-free detail only) and returns it.
+fn query_classified(classified: Classified) -> Classified {
+    tracing::debug!(outcome = ?classified.observation.outcome(), detail = %classified.detail, "query classified");
+    classified
 }
 
 /// The answer of a kind without a query: `QUERY_FAILED`, without a request (the domain never asks).
