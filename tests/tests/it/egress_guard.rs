@@ -86,6 +86,15 @@ impl io::Write for Logs {
 
 impl Logs {
     fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        // tracing caches each callsite's interest once for the whole process, and while a single dispatcher
+        // is registered it asks the *registering* thread's default: another test's thread, which has none,
+        // would cache "never" for the refusal's log line and blind this capture (tokio-rs/tracing#3611). A
+        // global subscriber that keeps nothing makes every thread answer "interested", so the capture sees
+        // every event of its own thread whoever reached the line first.
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+        });
         let logs = Logs::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
