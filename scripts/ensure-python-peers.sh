@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Find or make a Python 3 that can import the e-mail and Web Push tests' peers — aiosmtpd (a real SMTP
-# server), http_ece and cryptography (independent Web Push decryption and VAPID checks) — and print its
+# server), http_ece and cryptography (independent Web Push decryption and VAPID checks), standardwebhooks
+# (the status events' verifier) — and print its
 # path as the last line of stdout; progress goes to stderr.
 #
 #   python="$(scripts/ensure-python-peers.sh | tail -n 1)"   # scripts/test.sh exports it as HERALD_PYTHON
@@ -22,7 +23,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log() { printf 'ensure-python-peers: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-MODULES="aiosmtpd, http_ece, cryptography"
+MODULES="aiosmtpd, http_ece, cryptography, standardwebhooks"
 REQUIREMENTS="tests/src/peers/requirements.txt"
 VENV="${HERALD_PYTHON_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/herald/python-peers}"
 

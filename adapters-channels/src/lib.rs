@@ -10,5 +10,6 @@ pub mod egress;
 mod http;
 pub mod kinds;
 pub mod registry;
+pub mod status;
 
 pub use registry::{ConfiguredChannel, HttpChannel, HttpChannelRegistry};

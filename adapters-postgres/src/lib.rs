@@ -14,6 +14,7 @@
 //! * `transition` — the two writes the claim and the manual resolution share;
 //! * `create`, `claim`, `finish`, `resolve`, `read` — the write paths; `views` — the read models;
 //! * `lifecycle` — erasure of a user (SPEC §13);
+//! * `status` — the status events' outbox (its events are written by a trigger);
 //! * `store` — [`PgStore`] and its implementation of every store role, delegating to the above;
 //! * `prefs` — the `PreferenceStore` implementation; `sessions` — the `SessionStore` implementation (the
 //!   console's sessions and sign-in links); `negative` — the test-only unsafe variants.
@@ -31,6 +32,7 @@ mod read;
 mod resolve;
 mod rows;
 mod sessions;
+mod status;
 mod store;
 mod test_send;
 mod transition;

@@ -26,7 +26,7 @@ use crate::clock::PgClock;
 use crate::convert::store_error;
 use crate::create_batch::CreateQueue;
 use crate::notify::{Announcer, TaskListener};
-use crate::{claim, create, finish, lifecycle, read, resolve, test_send, views};
+use crate::{claim, create, finish, lifecycle, read, resolve, status, test_send, views};
 
 /// How the connections of a pool plan the statements they keep prepared (sqlx prepares every query once
 /// per connection and runs it again by name).
@@ -429,6 +429,44 @@ impl ReviewStore for PgStore {
 
     async fn parked_page(&self, filter: &ParkedFilter) -> Result<Vec<ParkedTask>, StoreError> {
         views::parked_page(&self.pool, filter).await
+    }
+}
+
+#[async_trait]
+impl herald_ports::StatusEventStore for PgStore {
+    async fn set_subscriptions(&self, subscriptions: &[herald_ports::SubscriptionFilter]) -> Result<(), StoreError> {
+        status::set_subscriptions(&self.pool, subscriptions).await
+    }
+
+    async fn claim_status_events(
+        &self,
+        subscriptions: &[String],
+        with_body: &[String],
+        limit: u32,
+        now: Timestamp,
+        hold: herald_domain::Millis,
+    ) -> Result<Vec<herald_ports::StatusEvent>, StoreError> {
+        status::claim(&self.pool, subscriptions, with_body, limit, now, hold).await
+    }
+
+    async fn status_event_delivered(&self, id: uuid::Uuid, now: Timestamp) -> Result<(), StoreError> {
+        status::delivered(&self.pool, id, now).await
+    }
+
+    async fn status_event_retry(&self, id: uuid::Uuid, due: Timestamp, error: &str) -> Result<(), StoreError> {
+        status::retry(&self.pool, id, due, error).await
+    }
+
+    async fn status_event_park(&self, id: uuid::Uuid, now: Timestamp, error: &str) -> Result<(), StoreError> {
+        status::park(&self.pool, id, now, error).await
+    }
+
+    async fn parked_status_events(&self, limit: u32) -> Result<Vec<herald_ports::ParkedStatusEvent>, StoreError> {
+        status::parked(&self.pool, limit).await
+    }
+
+    async fn parked_status_event_count(&self) -> Result<u64, StoreError> {
+        status::parked_count(&self.pool).await
     }
 }
 

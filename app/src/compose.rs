@@ -167,3 +167,45 @@ impl Readiness for PgReadiness {
         Ok(())
     }
 }
+
+/// The status events' dispatcher of `config`, over `store`: `None` when no subscription is configured.
+/// Tells the store which subscriptions want which events (the database writes them from then on).
+///
+/// # Errors
+/// A subscription the sink refuses (its secret, its URL); a store failure.
+pub async fn status_dispatcher(
+    config: &Config,
+    store: &PgStore,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Option<herald_core::status::Dispatcher>> {
+    use herald_core::status::{Dispatcher, Subscriptions};
+    use herald_ports::{StatusEventStore as _, SubscriptionFilter};
+    let subscriptions = &config.status.subscriptions;
+    let filters: Vec<SubscriptionFilter> =
+        subscriptions.iter().map(|s| SubscriptionFilter { name: s.name.clone(), kinds: s.kinds.clone() }).collect();
+    store.set_subscriptions(&filters).await.context("cannot record the status subscriptions")?;
+    if subscriptions.is_empty() {
+        return Ok(None);
+    }
+    let endpoints = subscriptions
+        .iter()
+        .map(|s| herald_channels::status::StatusEndpoint {
+            name: s.name.clone(),
+            url: s.url.clone(),
+            secret: secrecy::SecretBox::new(Box::new(s.secret.expose_secret().to_owned())),
+            timeout_ms: s.timeout_ms,
+            allow_loopback: s.allow_loopback_endpoint,
+        })
+        .collect();
+    let sink = herald_channels::status::HttpStatusSink::new(endpoints, &config.egress.egress())
+        .map_err(|(name, reason)| ConfigError::new(format!("status_subscription.{name}"), reason))?;
+    let names = subscriptions.iter().map(|s| s.name.clone()).collect();
+    let with_body = subscriptions.iter().filter(|s| s.include_body).map(|s| s.name.clone()).collect();
+    Ok(Some(Dispatcher::new(
+        Arc::new(store.clone()),
+        Arc::new(sink),
+        clock,
+        Subscriptions { names, with_body },
+        config.status.dispatch.clone(),
+    )))
+}

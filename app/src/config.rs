@@ -226,6 +226,29 @@ pub struct Config {
     pub egress: EgressConfig,
     /// `[retention]`: the windows after an erasure and for every user's finished notifications (SPEC §13).
     pub retention: herald_core::retention::RetentionPolicy,
+    /// `[[status_subscription]]` and `[status_events]`: where status events go, and how they are retried.
+    pub status: StatusConfig,
+}
+
+/// One `[[status_subscription]]` (issue 46): an endpoint that is told what happens to each delivery.
+#[derive(Clone, Debug)]
+pub struct StatusSubscriptionConfig {
+    pub name: String,
+    pub url: herald_channels::status::Url,
+    /// The `whsec_…` signing secret, from `secret_file`.
+    pub secret: SecretString,
+    pub kinds: Vec<herald_domain::StatusKind>,
+    pub include_body: bool,
+    pub timeout_ms: u64,
+    /// Only with `--stand-ins`, as a channel's `allow_loopback_endpoints`.
+    pub allow_loopback_endpoint: bool,
+}
+
+/// The status events' configuration.
+#[derive(Clone, Debug, Default)]
+pub struct StatusConfig {
+    pub subscriptions: Vec<StatusSubscriptionConfig>,
+    pub dispatch: herald_core::status::DispatchSettings,
 }
 
 impl Config {
@@ -405,6 +428,10 @@ struct RawConfig {
     egress: RawEgress,
     #[serde(default)]
     retention: RawRetention,
+    #[serde(default)]
+    status_subscription: Vec<RawStatusSubscription>,
+    #[serde(default)]
+    status_events: RawStatusEvents,
 }
 
 #[derive(Deserialize, Default)]
@@ -474,6 +501,129 @@ impl RawRetention {
             interval: std::time::Duration::from_millis(interval.0),
         })
     }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStatusSubscription {
+    name: Option<String>,
+    url: Option<String>,
+    secret_file: Option<PathBuf>,
+    events: Option<Vec<String>>,
+    include_body: Option<bool>,
+    timeout_ms: Option<u64>,
+    allow_loopback_endpoint: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStatusEvents {
+    max_posts: Option<u32>,
+    retry_base_ms: Option<u64>,
+    retry_cap_ms: Option<u64>,
+    poll_ms: Option<u64>,
+    batch: Option<u32>,
+}
+
+impl RawStatusEvents {
+    fn resolve(self) -> Result<herald_core::status::DispatchSettings> {
+        let defaults = herald_core::status::DispatchSettings::default();
+        let max_posts =
+            in_range("status_events.max_posts", self.max_posts.unwrap_or(defaults.retry.max_attempts), 1, 100)?;
+        let base = in_range(
+            "status_events.retry_base_ms",
+            self.retry_base_ms.unwrap_or(defaults.retry.base.0),
+            10,
+            3_600_000,
+        )?;
+        let cap = in_range(
+            "status_events.retry_cap_ms",
+            self.retry_cap_ms.unwrap_or(defaults.retry.cap.0),
+            base,
+            86_400_000,
+        )?;
+        let poll = in_range("status_events.poll_ms", self.poll_ms.unwrap_or(200), 10, 60_000)?;
+        let batch = in_range("status_events.batch", self.batch.unwrap_or(defaults.batch), 1, 1000)?;
+        Ok(herald_core::status::DispatchSettings {
+            batch,
+            hold: defaults.hold,
+            poll: std::time::Duration::from_millis(poll),
+            retry: herald_domain::RetryPolicy::new(max_posts, herald_domain::Millis(base), herald_domain::Millis(cap)),
+        })
+    }
+}
+
+/// The `[[status_subscription]]` entries, each checked, its key named in any error.
+fn status_subscriptions(
+    raw: Vec<RawStatusSubscription>,
+    egress: &EgressConfig,
+    base: &Path,
+) -> Result<Vec<StatusSubscriptionConfig>> {
+    let mut names = std::collections::HashSet::new();
+    let mut list = Vec::new();
+    for (i, entry) in raw.into_iter().enumerate() {
+        let name = entry
+            .name
+            .filter(|name| !name.trim().is_empty())
+            .ok_or_else(|| ConfigError::new(format!("status_subscription[{i}].name"), "is required"))?;
+        let key = |field: &str| format!("status_subscription.{name}.{field}");
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(ConfigError::new(key("name"), "may hold only letters, digits, `-` and `_`"));
+        }
+        if !names.insert(name.clone()) {
+            return Err(ConfigError::new(key("name"), "is used by more than one [[status_subscription]]"));
+        }
+        let allow_loopback_endpoint = entry.allow_loopback_endpoint.unwrap_or(false);
+        let url_text = entry.url.ok_or_else(|| ConfigError::new(key("url"), "is required"))?;
+        let url =
+            herald_channels::status::Url::parse(&url_text).map_err(|_| ConfigError::new(key("url"), "is not a URL"))?;
+        match url.scheme() {
+            "https" => {}
+            "http" if allow_loopback_endpoint => {}
+            _ => return Err(ConfigError::new(key("url"), "must be an https URL")),
+        }
+        egress
+            .egress()
+            .guard(allow_loopback_endpoint)
+            .check_url(&url)
+            .map_err(|refused| ConfigError::new(key("url"), format!("is refused by the egress guard: {refused}")))?;
+        let path = entry.secret_file.ok_or_else(|| ConfigError::new(key("secret_file"), "is required"))?;
+        let secret = read_secret_file(&key("secret_file"), &path, base)?;
+        herald_channels::status::signing_key(&secret).map_err(|reason| ConfigError::new(key("secret_file"), reason))?;
+        let kinds = match entry.events {
+            None => herald_domain::StatusKind::ALL.to_vec(),
+            Some(events) => {
+                let mut kinds = Vec::new();
+                for (j, event) in events.iter().enumerate() {
+                    let kind = herald_domain::StatusKind::parse(event).ok_or_else(|| {
+                        let known: Vec<&str> = herald_domain::StatusKind::ALL.iter().map(|k| k.as_str()).collect();
+                        ConfigError::new(
+                            format!("{}[{j}]", key("events")),
+                            format!("is not one of {}", known.join(", ")),
+                        )
+                    })?;
+                    if !kinds.contains(&kind) {
+                        kinds.push(kind);
+                    }
+                }
+                if kinds.is_empty() {
+                    return Err(ConfigError::new(key("events"), "must name at least one kind (leave it out for all)"));
+                }
+                kinds
+            }
+        };
+        let timeout_ms = in_range(&key("timeout_ms"), entry.timeout_ms.unwrap_or(5000), 100, 60_000)?;
+        list.push(StatusSubscriptionConfig {
+            name,
+            url,
+            secret: SecretString::from(secret),
+            kinds,
+            include_body: entry.include_body.unwrap_or(false),
+            timeout_ms,
+            allow_loopback_endpoint,
+        });
+    }
+    Ok(list)
 }
 
 #[derive(Deserialize, Default)]
@@ -912,7 +1062,13 @@ impl RawConfig {
         };
         let egress = EgressConfig { allow_private: allow_private(self.egress.allow_private)? };
         let retention = self.retention.check()?;
-        Ok(Config { database, server, auth, keys, worker, channels, log, test_send, console, egress, retention })
+        let mut dispatch = self.status_events.resolve()?;
+        let subscriptions = status_subscriptions(self.status_subscription, &egress, base)?;
+        // A post is held longer than it can last, so no second dispatcher takes it while it may run.
+        let longest = subscriptions.iter().map(|s| s.timeout_ms).max().unwrap_or(0);
+        dispatch.hold = herald_domain::Millis(longest + 5_000);
+        let status = StatusConfig { subscriptions, dispatch };
+        Ok(Config { database, server, auth, keys, worker, channels, log, test_send, console, egress, retention, status })
     }
 }
 

@@ -200,6 +200,13 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
     } else {
         tracing::info!("no worker in this process (--no-worker or worker.enabled = false): `herald worker` delivers");
     }
+    // The status events go out on a loop of their own (in every process, with or without a worker): an
+    // endpoint that is slow or down never holds up a delivery.
+    if let Some(dispatcher) = compose::status_dispatcher(&config, &store, Arc::clone(&services.clock)).await? {
+        let stop = stop_rx.clone();
+        tracing::info!(subscriptions = config.status.subscriptions.len(), "status events dispatcher started");
+        workers.spawn(async move { dispatcher.run(stop).await });
+    }
 
     let stopping = {
         let mut stop = stop_rx.clone();

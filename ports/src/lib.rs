@@ -10,6 +10,7 @@ pub mod cipher;
 pub mod clock;
 pub mod prefs;
 pub mod sessions;
+pub mod status;
 pub mod store;
 
 pub use channel::{Channel, ChannelRegistry, OutboundMessage};
@@ -17,6 +18,7 @@ pub use cipher::{CipherError, DestinationCipher};
 pub use clock::Clock;
 pub use prefs::{ChannelPref, PreferenceStore, StoredDestination};
 pub use sessions::{Credential, NewSession, NewSignInLink, SessionOwner, SessionRole, SessionStore, StoredSession};
+pub use status::{ParkedStatusEvent, StatusEvent, StatusEventStore, StatusSink, SubscriptionFilter};
 pub use store::{
     AttemptView, ChannelTable, ClaimBatch, ClaimRequest, ClaimedTask, Created, Deferred, DeliveryStore, EgressSlot,
     EgressStore, Erasure, ErasureRecord, FinishRecord, FinishResult, InboxChannel, InboxCursor, InboxItem, InboxStore,
@@ -28,5 +30,5 @@ pub use store::{
 /// Every port a whole store implements, for `use herald_ports::prelude::*`.
 pub mod prelude {
     pub use crate::store::prelude::*;
-    pub use crate::{PreferenceStore, SessionStore};
+    pub use crate::{PreferenceStore, SessionStore, StatusEventStore};
 }

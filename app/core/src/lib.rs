@@ -17,6 +17,7 @@
 //! | [`sessions`] | the console's sign-in: sessions bound to their credential, one-time links |
 //! | [`auth`] | bearer tokens: service, admin and signed user tokens |
 //! | [`worker`], [`finisher`] | claim → call → finish, and the batched finishes |
+//! | [`status`] | the status events' dispatcher: outbox → signed posts, retried, parked |
 //! | [`metrics`] | what the worker and the use cases record, on the `metrics` facade |
 //! | [`names`] | "did you mean …?" for a misspelt name |
 //! | [`report`] | errors as the logs show them |
@@ -29,6 +30,7 @@ pub mod report;
 pub mod retention;
 pub mod services;
 pub mod sessions;
+pub mod status;
 pub mod usecases;
 pub mod worker;
 

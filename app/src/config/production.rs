@@ -86,5 +86,15 @@ pub fn check_with(config: &Config, with_api: bool, stand_ins: bool) -> Result<()
     for channel in &config.channels {
         channel.check_production(placeholder, stand_ins).map_err(|error| ConfigError::new(error.key, error.reason))?;
     }
+    for subscription in &config.status.subscriptions {
+        if subscription.allow_loopback_endpoint && !stand_ins {
+            return Err(ConfigError::new(
+                format!("status_subscription.{}.allow_loopback_endpoint", subscription.name),
+                "lets Herald post status events to the services of its own machine; it is for a local receiver only \
+                 (tests, the soak: start with --stand-ins). Remove it; for an internal endpoint, list its range in \
+                 [egress] allow_private",
+            ));
+        }
+    }
     Ok(())
 }

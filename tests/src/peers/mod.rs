@@ -12,6 +12,7 @@
 
 pub mod push;
 pub mod smtp;
+pub mod status;
 
 use std::path::PathBuf;
 

@@ -30,6 +30,7 @@ mod reliability;
 mod review;
 mod rotation;
 mod sessions;
+mod status_events;
 mod submissions;
 mod tally;
 mod test_send;

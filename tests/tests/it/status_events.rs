@@ -1,0 +1,377 @@
+//! Status events (issue 46): the reference runs' kinds of outcome reach a real receiver that verifies
+//! every request with the official `standardwebhooks` package, exactly as documented (README, "Status
+//! events"); tampered or stale requests fail that verification; an endpoint that refuses gets the event
+//! again with the same id, and one that keeps refusing parks it while deliveries go on.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_channels::egress::Egress;
+use herald_channels::status::{sign, signing_key, HttpStatusSink, StatusEndpoint, Url};
+use herald_core::status::{DispatchSettings, Dispatcher, Subscriptions};
+use herald_domain::resolve::FinalState;
+use herald_domain::{Millis, RetryPolicy, StatusKind, TaskState};
+use herald_ports::prelude::*;
+use herald_ports::SubscriptionFilter;
+use herald_standin::Script;
+use herald_tests::peers::require_python;
+use herald_tests::peers::status::{verify, StatusReceiver, TEST_SECRET};
+use herald_tests::world::{ClockMode, World};
+use secrecy::{ExposeSecret as _, SecretBox};
+use serde_json::Value;
+
+const HOUR: u64 = 3_600_000;
+const LATER: u64 = 60_000;
+
+/// A dispatcher of one subscription `name` to `receiver`, over the world's store and clock, after
+/// telling the store which kinds the subscription wants.
+async fn dispatcher(
+    world: &World,
+    receiver: &StatusReceiver,
+    kinds: &[StatusKind],
+    include_body: bool,
+    max_posts: u32,
+) -> anyhow::Result<Dispatcher> {
+    let name = "svc".to_owned();
+    world.store.set_subscriptions(&[SubscriptionFilter { name: name.clone(), kinds: kinds.to_vec() }]).await?;
+    let endpoint = StatusEndpoint {
+        name: name.clone(),
+        url: Url::parse(&receiver.url())?,
+        secret: SecretBox::new(Box::new(TEST_SECRET.to_owned())),
+        timeout_ms: 2_000,
+        allow_loopback: true,
+    };
+    let sink = HttpStatusSink::new(vec![endpoint], &Egress::default()).map_err(|(n, r)| anyhow::anyhow!("{n}: {r}"))?;
+    let with_body = if include_body { vec![name.clone()] } else { vec![] };
+    Ok(Dispatcher::new(
+        world.store.clone(),
+        Arc::new(sink),
+        world.clock.clone(),
+        Subscriptions { names: vec![name], with_body },
+        DispatchSettings {
+            batch: 16,
+            hold: Millis(30_000),
+            poll: Duration::from_millis(20),
+            retry: RetryPolicy::new(max_posts, Millis(1_000), Millis(10_000)),
+        },
+    ))
+}
+
+/// Runs rounds until one posts nothing.
+async fn dispatch_all(dispatcher: &Dispatcher) -> anyhow::Result<()> {
+    while dispatcher.run_once().await?.posts() > 0 {}
+    Ok(())
+}
+
+/// The verified events of the receiver's records, by notification id, each list in sequence order, as
+/// `type/attempt[/reason or decision][/message id]`.
+fn events_by_notification(records: &[Value]) -> BTreeMap<String, Vec<String>> {
+    let mut by: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
+    for record in records.iter().filter(|r| r["verified"] == true) {
+        let p = &record["payload"];
+        let d = &p["data"];
+        let mut word = format!("{}/{}", p["type"].as_str().unwrap_or("?"), d["attempt"]);
+        for extra in ["reason", "decision"] {
+            if let Some(value) = d[extra].as_str() {
+                word.push_str(&format!("/{value}"));
+            }
+        }
+        if d["channel_message_id"].is_string() {
+            word.push_str("/with-message-id");
+        }
+        by.entry(d["notification_id"].as_str().unwrap_or("?").to_owned())
+            .or_default()
+            .push((d["sequence"].as_i64().unwrap_or(-1), word));
+    }
+    by.into_iter()
+        .map(|(id, mut list)| {
+            list.sort();
+            (id, list.into_iter().map(|(_, word)| word).collect())
+        })
+        .collect()
+}
+
+fn words(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test]
+async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::Result<()> {
+    if !require_python("standardwebhooks") {
+        return Ok(());
+    }
+    let world = World::new(ClockMode::Manual).await?;
+    let receiver = StatusReceiver::start(TEST_SECRET).await?;
+    let dispatcher = dispatcher(&world, &receiver, &StatusKind::ALL, false, 5).await?;
+    world.user("u1", &["push", "miao"]).await?;
+    world.user("u2", &["push"]).await?;
+    let worker = world.worker("w1", 60_000);
+    let services = world.services();
+    let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let public = |created: &herald_ports::Created| created.notification_ref.0.to_string();
+
+    // Accepted at once (N1).
+    let accepted = world.submit("u2", "accepted", HOUR, None).await?;
+    worker.run_once().await?;
+    expected.insert(public(&accepted), words(&["notification.accepted/1/with-message-id"]));
+
+    // Refused (400: nothing was accepted).
+    let refused = world.submit("u2", "refused", HOUR, None).await?;
+    world.push.script(Script::status(400));
+    worker.run_once().await?;
+    expected.insert(public(&refused), words(&["notification.refused/1/rejected"]));
+
+    // Timed out after acceptance, sent again with the same key, recognised (T1).
+    let again = world.submit("u2", "again", HOUR, None).await?;
+    world.push.script(Script::Delay(Duration::from_millis(1_500)));
+    worker.run_once().await?;
+    world.advance(LATER);
+    worker.run_once().await?;
+    expected.insert(public(&again), words(&["notification.sent_again/2", "notification.accepted/2/with-message-id"]));
+
+    // Unknown on a channel with neither key nor query: parked, then resolved by an operator (T3, B2).
+    let created = world.submit("u1", "parked", HOUR, None).await?;
+    let miao_task = created.tasks.iter().find(|t| t.channel.as_str() == "miao").map(|t| t.task_id).unwrap();
+    world.miao.script(Script::Delay(Duration::from_millis(1_500)));
+    world.push.script(Script::Ok);
+    worker.run_once().await?;
+    world.advance(LATER);
+    worker.run_once().await?;
+    let view = world.task(created.notification_id, miao_task).await?;
+    assert!(view.needs_review, "the miao task is parked: {view:?}");
+    herald_core::usecases::resolve(&services, miao_task, FinalState::Sent, "the user saw it").await?;
+    // This notification went to two channels: its push task's events are in the same list, by sequence.
+    expected.insert(
+        public(&created),
+        words(&[
+            "notification.accepted/1/with-message-id",
+            "notification.parked/1",
+            "notification.resolved/2/marked_sent",
+        ]),
+    );
+
+    // Suppressed: the user switched the channel off before the claim.
+    let suppressed = world.submit("u2", "suppressed", HOUR, None).await?;
+    world.switch("u2", "push", false).await?;
+    worker.run_once().await?;
+    world.switch("u2", "push", true).await?;
+    expected.insert(public(&suppressed), words(&["notification.suppressed/1/preference_off"]));
+
+    // Expired before any claim.
+    let expired = world.submit("u2", "expired", 1_000, None).await?;
+    world.advance(2_000);
+    worker.run_once().await?;
+    expected.insert(public(&expired), words(&["notification.expired/1"]));
+
+    // Sent again at an operator's request: parked, resolved with RESEND, sent.
+    let resend = world.submit("u1", "resend", HOUR, None).await?;
+    let resend_task = resend.tasks.iter().find(|t| t.channel.as_str() == "miao").map(|t| t.task_id).unwrap();
+    world.miao.script(Script::Delay(Duration::from_millis(1_500)));
+    worker.run_once().await?;
+    world.advance(LATER);
+    worker.run_once().await?;
+    herald_core::usecases::resolve(&services, resend_task, FinalState::Resend, "try once more").await?;
+    worker.run_once().await?;
+    expected.insert(
+        public(&resend),
+        words(&[
+            "notification.accepted/1/with-message-id",
+            "notification.parked/1",
+            "notification.resolved/2/send_again",
+            "notification.sent_again/3",
+            // Miaotixing gives no message id.
+            "notification.accepted/3",
+        ]),
+    );
+
+    dispatch_all(&dispatcher).await?;
+    let records = receiver.records();
+    assert!(records.iter().all(|r| r["verified"] == true), "every request verifies: {records:#?}");
+    let got = events_by_notification(&records);
+    // The push tasks of the two-channel notifications may be accepted in either order relative to the
+    // miao task's events; the sequence still orders each task's own events. Compare per task instead
+    // where two tasks share a notification: split by channel.
+    let mut by_task: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for record in &records {
+        let d = &record["payload"]["data"];
+        by_task
+            .entry((d["notification_id"].as_str().unwrap().to_owned(), d["channel"].as_str().unwrap().to_owned()))
+            .or_default()
+            .push(format!("{}#{}", d["sequence"], record["payload"]["type"].as_str().unwrap()));
+    }
+    for list in by_task.values_mut() {
+        list.sort_by_key(|entry| entry.split('#').next().unwrap().parse::<i64>().unwrap());
+    }
+    assert_eq!(got.len(), expected.len(), "one list per notification that changed: {got:#?}");
+    for (id, want) in &expected {
+        let mut have = got.get(id).cloned().unwrap_or_default();
+        let mut want = want.clone();
+        have.sort();
+        want.sort();
+        assert_eq!(have, want, "the events of notification {id}");
+    }
+    // Within each task the order is the order of the changes, by sequence.
+    let order = |id: &str, channel: &str| -> Vec<String> {
+        by_task[&(id.to_owned(), channel.to_owned())].iter().map(|e| e.split('#').nth(1).unwrap().to_owned()).collect()
+    };
+    assert_eq!(order(&public(&again), "push"), words(&["notification.sent_again", "notification.accepted"]));
+    assert_eq!(
+        order(&public(&resend), "miao"),
+        words(&["notification.parked", "notification.resolved", "notification.sent_again", "notification.accepted"])
+    );
+    // Every event names the caller's event key and its channel, never a destination, never the body.
+    for record in &records {
+        let d = &record["payload"]["data"];
+        assert!(d["event_key"].is_string() && d["channel"].is_string() && d["occurred_at"].is_string());
+        assert!(d.get("body").is_none(), "no body unless asked: {record}");
+        let body = record["body"].as_str().unwrap();
+        assert!(!body.contains("dest-"), "no destination in an event: {body}");
+        assert!(!body.contains("delivered") && !body.contains("failed"), "Herald's words only: {body}");
+    }
+    // Each event once: every post was answered 2xx, so no id repeats.
+    let mut ids: Vec<&str> = records.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), records.len());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_subscription_gets_only_its_kinds_and_the_body_when_it_asks() -> anyhow::Result<()> {
+    if !require_python("standardwebhooks") {
+        return Ok(());
+    }
+    let world = World::new(ClockMode::Manual).await?;
+    let receiver = StatusReceiver::start(TEST_SECRET).await?;
+    let dispatcher = dispatcher(&world, &receiver, &[StatusKind::Accepted], true, 5).await?;
+    world.user("u1", &["push"]).await?;
+    let worker = world.worker("w1", 60_000);
+    let refused = world.submit("u1", "refused", HOUR, None).await?;
+    world.push.script(Script::status(400));
+    worker.run_once().await?;
+    let accepted = world.submit("u1", "accepted", HOUR, None).await?;
+    worker.run_once().await?;
+    assert_eq!(world.task(refused.notification_id, refused.tasks[0].task_id).await?.state, TaskState::Failed);
+    dispatch_all(&dispatcher).await?;
+    let records = receiver.records();
+    assert_eq!(records.len(), 1, "only the accepted event: {records:#?}");
+    let data = &records[0]["payload"]["data"];
+    assert_eq!(data["notification_id"], accepted.notification_ref.0.to_string());
+    assert_eq!(data["event_key"], "accepted");
+    assert_eq!(data["body"], "Event accepted for u1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tampered_body_or_an_old_timestamp_fails_verification() -> anyhow::Result<()> {
+    if !require_python("standardwebhooks") {
+        return Ok(());
+    }
+    let world = World::new(ClockMode::Manual).await?;
+    let receiver = StatusReceiver::start(TEST_SECRET).await?;
+    let dispatcher = dispatcher(&world, &receiver, &StatusKind::ALL, false, 5).await?;
+    world.user("u1", &["push"]).await?;
+    world.submit("u1", "e1", HOUR, None).await?;
+    world.worker("w1", 60_000).run_once().await?;
+    dispatch_all(&dispatcher).await?;
+    let records = receiver.records();
+    assert_eq!(records.len(), 1);
+    let record = &records[0];
+    let (id, timestamp, body) =
+        (record["id"].as_str().unwrap(), record["timestamp"].as_str().unwrap(), record["body"].as_str().unwrap());
+    let headers = |timestamp: &str, signature: &str| serde_json::json!({"webhook-id": id, "webhook-timestamp": timestamp, "webhook-signature": signature});
+    let signature = record["signature"].as_str().unwrap();
+    // The request as Herald sent it verifies (the control of the two below).
+    assert_eq!(verify(TEST_SECRET, &headers(timestamp, signature), body).await?, "ok");
+    // One character of the body changed.
+    let tampered = body.replacen("accepted", "acceptee", 1);
+    assert_ne!(tampered, body);
+    let answer = verify(TEST_SECRET, &headers(timestamp, signature), &tampered).await?;
+    assert!(answer.starts_with("refused: No matching signature"), "{answer}");
+    // Correctly signed, but ten minutes old.
+    let old = timestamp.parse::<i64>()? - 600;
+    let key = signing_key(TEST_SECRET).map_err(anyhow::Error::msg)?;
+    let old_signature = sign(key.expose_secret(), id, old, body);
+    let answer = verify(TEST_SECRET, &headers(&old.to_string(), &old_signature), body).await?;
+    assert!(answer.starts_with("refused: Message timestamp too old"), "{answer}");
+    // Another secret.
+    let other = "whsec_b3RoZXItc2VjcmV0LW9mLXRoaXJ0eS10d28tYnl0ZXMhIQ==";
+    let answer = verify(other, &headers(timestamp, signature), body).await?;
+    assert!(answer.starts_with("refused:"), "{answer}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refused_post_is_made_again_with_the_same_id() -> anyhow::Result<()> {
+    if !require_python("standardwebhooks") {
+        return Ok(());
+    }
+    let world = World::new(ClockMode::Manual).await?;
+    let receiver = StatusReceiver::start(TEST_SECRET).await?;
+    let dispatcher = dispatcher(&world, &receiver, &StatusKind::ALL, false, 5).await?;
+    world.user("u1", &["push"]).await?;
+    world.submit("u1", "e1", HOUR, None).await?;
+    world.worker("w1", 60_000).run_once().await?;
+    receiver.answer("503").await?;
+    let first = dispatcher.run_once().await?;
+    assert_eq!((first.delivered, first.retried), (0, 1));
+    // Not due again before its backoff.
+    assert_eq!(dispatcher.run_once().await?.posts(), 0);
+    world.advance(LATER);
+    let second = dispatcher.run_once().await?;
+    assert_eq!(second.delivered, 1);
+    let records = receiver.records();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["answered"], 503);
+    assert_eq!(records[1]["answered"], 204);
+    assert_eq!(records[0]["id"], records[1]["id"], "the same webhook-id: the receiver can drop a repeat");
+    assert_eq!(records[0]["body"], records[1]["body"]);
+    let (tries, delivered): (i32, bool) = sqlx::query_as("SELECT tries, delivered_at IS NOT NULL FROM status_event")
+        .fetch_one(world.store.pool())
+        .await?;
+    assert_eq!((tries, delivered), (2, true));
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_endpoint_that_keeps_refusing_parks_its_events_and_deliveries_go_on() -> anyhow::Result<()> {
+    if !require_python("standardwebhooks") {
+        return Ok(());
+    }
+    let world = World::new(ClockMode::Manual).await?;
+    let receiver = StatusReceiver::start(TEST_SECRET).await?;
+    let dispatcher = Arc::new(dispatcher(&world, &receiver, &[StatusKind::Accepted], false, 3).await?);
+    receiver.answer("always:503").await?;
+    world.user("u1", &["push"]).await?;
+    let worker = world.worker("w1", 60_000);
+    // The dispatcher runs on its own loop beside the worker, as in `herald serve`.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn({
+        let dispatcher = Arc::clone(&dispatcher);
+        async move { dispatcher.run(stop_rx).await }
+    });
+    let mut created = Vec::new();
+    for i in 0..20 {
+        created.push(world.submit("u1", &format!("e{i}"), HOUR, None).await?);
+        worker.run_once().await?;
+    }
+    for c in &created {
+        assert_eq!(world.task(c.notification_id, c.tasks[0].task_id).await?.state, TaskState::Sent);
+    }
+    // Let the refusals run out: three posts each, the clock moved past every backoff while waiting.
+    herald_tests::wait::wait_until("every event parked after its posts", || async {
+        world.advance(LATER);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        world.store.parked_status_event_count().await.unwrap_or(0) == 20
+    })
+    .await;
+    stop_tx.send_replace(true);
+    running.await?;
+    let parked = world.store.parked_status_events(100).await?;
+    assert_eq!(parked.len(), 20);
+    assert!(parked.iter().all(|p| p.tries == 3 && p.last_error.as_deref() == Some("HTTP 503")));
+    let records = receiver.records();
+    assert_eq!(records.len(), 60, "three posts per event, then none");
+    Ok(())
+}
