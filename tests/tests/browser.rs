@@ -338,6 +338,7 @@ async fn journey_sign_in_is_required_for_every_console_page() {
     for path in [
         "/console/overview",
         "/console/review",
+        "/console/status-events",
         "/console/log",
         "/console/notifications/1",
         "/console/users/alice/inbox",

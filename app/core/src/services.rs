@@ -9,7 +9,7 @@ use std::sync::Arc;
 use herald_domain::{ChannelName, TestSendQuota};
 use herald_ports::{
     ChannelRegistry, ChannelTable, Clock, DeliveryStore, DestinationCipher, EgressStore, InboxStore, LifecycleStore,
-    PreferenceStore, ReadModels, ReviewStore, SessionStore, SubmissionStore,
+    PreferenceStore, ReadModels, ReviewStore, SessionStore, StatusEventStore, SubmissionStore,
 };
 
 use crate::worker::{Worker, WorkerConfig};
@@ -30,6 +30,8 @@ pub struct Services {
     pub prefs: Arc<dyn PreferenceStore>,
     /// The console's sessions and sign-in links.
     pub sessions: Arc<dyn SessionStore>,
+    /// The status events' outbox: the console's count and list of parked events.
+    pub status: Arc<dyn StatusEventStore>,
     pub registry: Arc<dyn ChannelRegistry>,
     pub cipher: Arc<dyn DestinationCipher>,
     pub clock: Arc<dyn Clock>,
@@ -58,6 +60,7 @@ impl Services {
             + LifecycleStore
             + PreferenceStore
             + SessionStore
+            + StatusEventStore
             + 'static,
     {
         let channels = channel_table(registry.as_ref());
@@ -70,7 +73,8 @@ impl Services {
             reads: store.clone(),
             lifecycle: store.clone(),
             prefs: store.clone(),
-            sessions: store,
+            sessions: store.clone(),
+            status: store,
             registry,
             cipher,
             clock,

@@ -375,6 +375,8 @@ pub struct Overview {
     pub hour: Chart,
     /// The last day, a bar per hour.
     pub day: Chart,
+    /// Status events no longer posted: their endpoint kept refusing them.
+    pub status_events_parked: u64,
 }
 
 /// `count` buckets of `width` ending with the one that holds `now`, filled from the store's counts.
@@ -443,7 +445,19 @@ pub async fn overview(services: &Services) -> Result<Overview, StoreError> {
         .collect();
     let hour = chart(services, now, Millis::from_secs(60), 60).await?;
     let day = chart(services, now, Millis::from_secs(3600), 24).await?;
-    Ok(Overview { now, channels, hour, day })
+    let status_events_parked = services.status.parked_status_event_count().await?;
+    Ok(Overview { now, channels, hour, day, status_events_parked })
+}
+
+/// The parked status events, newest first, at most `limit` (issue 46).
+///
+/// # Errors
+/// Store failures.
+pub async fn parked_status_events(
+    services: &Services,
+    limit: u32,
+) -> Result<Vec<herald_ports::ParkedStatusEvent>, StoreError> {
+    services.status.parked_status_events(limit).await
 }
 
 /// The preferences a user has set, one per configured channel (`None` where nothing is stored).

@@ -601,3 +601,51 @@ fn the_retention_windows_have_defaults_an_order_and_name_the_key() {
     refused("[retention]\ninterval = \"0s\"\n", &[], "retention.interval", "at least 1s");
     refused("[retention]\nforever = true\n", &[], "retention.forever", "unknown field");
 }
+
+#[test]
+fn status_subscriptions_load_and_every_refusal_names_its_key() {
+    let dir = std::env::temp_dir().join(format!("herald-config-status-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = "whsec_c3RhdHVzLWV2ZW50cy10ZXN0LXNlY3JldC0zMmJ5dGU=";
+    std::fs::write(dir.join("good.secret"), format!("{good}\n")).unwrap();
+    std::fs::write(dir.join("bare.secret"), "c3RhdHVzLWV2ZW50cy10ZXN0LXNlY3JldC0zMmJ5dGU=").unwrap();
+    let secret = |name: &str| dir.join(name).display().to_string();
+    let entry = |fields: &str| format!("{}\n[[status_subscription]]\n{fields}\n", full());
+    let ok = entry(&format!(
+        "name = \"billing\"\nurl = \"https://hooks.example.com/herald\"\nsecret_file = \"{}\"",
+        secret("good.secret")
+    ));
+    let config = load(&ok, &[]).expect("valid");
+    let s = &config.status.subscriptions[0];
+    assert_eq!((s.name.as_str(), s.url.as_str()), ("billing", "https://hooks.example.com/herald"));
+    assert_eq!(s.kinds, herald_domain::StatusKind::ALL.to_vec(), "every kind by default");
+    assert!(!s.include_body && !s.allow_loopback_endpoint);
+    assert_eq!(s.secret.expose_secret(), good);
+    assert!(!format!("{config:?}").contains(good), "the secret never shows in Debug");
+    assert_eq!(config.status.dispatch.retry.max_attempts, 8);
+    let filtered = format!("{ok}events = [\"accepted\", \"parked\"]\ninclude_body = true\n");
+    let s = &load(&filtered, &[]).expect("valid").status.subscriptions[0];
+    assert_eq!(s.kinds, vec![herald_domain::StatusKind::Accepted, herald_domain::StatusKind::Parked]);
+    assert!(s.include_body);
+
+    let with = |extra: &str| format!("{ok}{extra}\n");
+    refused(&with("events = [\"delivered\"]"), &[], "status_subscription.billing.events[0]", "accepted, refused");
+    refused(&with("events = []"), &[], "status_subscription.billing.events", "at least one");
+    refused(&with("timeout_ms = 5"), &[], "status_subscription.billing.timeout_ms", "between");
+    refused(&with("colour = \"red\""), &[], "status_subscription[0].colour", "unknown field");
+    let url =
+        |u: &str| entry(&format!("name = \"billing\"\nurl = \"{u}\"\nsecret_file = \"{}\"", secret("good.secret")));
+    refused(&url("not a url"), &[], "status_subscription.billing.url", "not a URL");
+    refused(&url("http://hooks.example.com/"), &[], "status_subscription.billing.url", "https");
+    refused(&url("https://127.0.0.1/"), &[], "status_subscription.billing.url", "egress guard");
+    refused(&url("https://10.0.0.5/"), &[], "status_subscription.billing.url", "egress guard");
+    let secret_entry = |file: &str| {
+        entry(&format!("name = \"billing\"\nurl = \"https://hooks.example.com/\"\nsecret_file = \"{file}\""))
+    };
+    refused(&secret_entry(&secret("bare.secret")), &[], "status_subscription.billing.secret_file", "whsec_");
+    refused(&secret_entry(&secret("missing.secret")), &[], "status_subscription.billing.secret_file", "cannot read");
+    refused(&entry("url = \"https://hooks.example.com/\""), &[], "status_subscription[0].name", "required");
+    refused(&format!("{ok}\n{}", &ok[full().len()..]), &[], "status_subscription.billing.name", "more than one");
+    refused(&format!("{}\n[status_events]\nmax_posts = 0\n", full()), &[], "status_events.max_posts", "between");
+    let _ = std::fs::remove_dir_all(&dir);
+}

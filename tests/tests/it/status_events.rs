@@ -373,5 +373,95 @@ async fn an_endpoint_that_keeps_refusing_parks_its_events_and_deliveries_go_on()
     assert!(parked.iter().all(|p| p.tries == 3 && p.last_error.as_deref() == Some("HTTP 503")));
     let records = receiver.records();
     assert_eq!(records.len(), 60, "three posts per event, then none");
+    // The console shows them: a count on the overview, the list on their page.
+    let api = herald_tests::api::Api::start(&world).await?;
+    let operator = herald_tests::console::Console::operator(&api, herald_tests::api::ADMIN_TOKEN).await;
+    let overview = operator.get("/console/overview").await;
+    assert!(overview.body.contains(r#"<strong id="status-events-parked">20</strong>"#), "{}", overview.body);
+    let page = operator.get("/console/status-events").await;
+    assert_eq!(page.body.matches("notification.accepted").count(), 20);
+    assert!(page.body.contains(&created[0].notification_ref.0.to_string()));
+    assert!(page.body.contains("HTTP 503"));
+    Ok(())
+}
+
+/// `herald worker` as an operator runs it: the subscription from the configuration file (its secret from
+/// a file), the events posted by the process's own dispatcher; without `--stand-ins` a loopback endpoint
+/// is refused at start, naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn herald_worker_posts_the_events_its_configuration_subscribes() -> anyhow::Result<()> {
+    use herald_ports::store::{ChannelTable, NewNotification};
+    use herald_ports::Clock as _;
+
+    if !require_python("standardwebhooks") {
+        return Ok(());
+    }
+    let world = World::new(ClockMode::Database).await?;
+    let receiver = StatusReceiver::start(TEST_SECRET).await?;
+    world.user("alice", &["push"]).await?;
+    let dir = std::env::temp_dir().join(format!("herald-status-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("status.secret"), format!("{TEST_SECRET}\n"))?;
+    let config = dir.join("herald.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"{}\"\n[keys]\ncurrent = \"{}\"\n{} = \"{}\"\n\
+             [worker]\nconcurrency = 1\nlease_ms = 5000\n\
+             [[channel]]\nname = \"push\"\nkind = \"webhook\"\nurl = \"{}\"\ntimeout_ms = 1000\n\
+             [[status_subscription]]\nname = \"svc\"\nurl = \"{}\"\nsecret_file = \"status.secret\"\n\
+             events = [\"accepted\", \"refused\"]\nallow_loopback_endpoint = true\n",
+            world.db.url,
+            herald_tests::world::TEST_KEY_ID,
+            herald_tests::world::TEST_KEY_ID,
+            herald_tests::world::TEST_KEY,
+            world.push.base_url(),
+            receiver.url(),
+        ),
+    )?;
+    let herald = |stand_ins: bool| {
+        let mut command = tokio::process::Command::new(herald_tests::bins::binary("herald"));
+        command.arg("--config").arg(&config).arg("worker").env_remove("HERALD_CONFIG").kill_on_drop(true);
+        if stand_ins {
+            command.arg("--stand-ins");
+        }
+        command
+    };
+    let refused = herald(false).output().await?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("status_subscription.svc.allow_loopback_endpoint"), "{stderr}");
+
+    let mut child = herald(true).stderr(std::process::Stdio::null()).spawn()?;
+    let new = NewNotification {
+        user_id: "alice".into(),
+        event_key: "order-1".into(),
+        body: "Your order has shipped".into(),
+        ttl: Millis(600_000),
+        max_attempts: None,
+        thread_key: None,
+    };
+    let table = ChannelTable(vec![("push".into(), world.configs[0].rules())]);
+    // The process records its subscriptions at start: wait for them before creating the notification.
+    herald_tests::wait::wait_until("the subscription recorded", || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM status_subscription")
+            .fetch_one(world.store.pool())
+            .await
+            .unwrap_or(0)
+            == 1
+    })
+    .await;
+    let now = world.store.clock().now().await?;
+    let created = world.store.create(&new, &table, now).await?;
+    herald_tests::wait::wait_until("the accepted event at the receiver", || async { !receiver.records().is_empty() })
+        .await;
+    child.kill().await?;
+    let records = receiver.records();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["verified"], true);
+    assert_eq!(records[0]["payload"]["type"], "notification.accepted");
+    assert_eq!(records[0]["payload"]["data"]["notification_id"], created.notification_ref.0.to_string());
+    assert_eq!(records[0]["payload"]["data"]["event_key"], "order-1");
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

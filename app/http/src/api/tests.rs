@@ -80,6 +80,7 @@ impl Mocks {
             lifecycle: Arc::new(herald_ports::store::MockLifecycleStore::new()),
             prefs: Arc::new(self.prefs),
             sessions: Arc::new(herald_ports::sessions::MockSessionStore::new()),
+            status: Arc::new(herald_ports::status::MockStatusEventStore::new()),
             registry: Arc::new(webhook_registry()),
             cipher: Arc::new(self.cipher),
             clock: Arc::clone(&clock),

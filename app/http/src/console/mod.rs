@@ -58,6 +58,7 @@ pub fn router() -> Router<ApiState> {
         .route("/console/me/sessions/end", post(end_session))
         .route("/console/overview", get(overview))
         .route("/console/review", get(review))
+        .route("/console/status-events", get(status_events))
         .route("/console/tasks/{task_id}/resolve", post(resolve))
         .route("/console/log", get(log))
         .route("/console/notifications/{id}", get(notification))
@@ -513,6 +514,18 @@ async fn overview(ctx: Ctx, State(state): State<ApiState>) -> Response {
             None,
             pages::overview(ctx.w(), &state.console.channel_names, &overview),
         ),
+        Err(_) => ctx.store_down(),
+    }
+}
+
+async fn status_events(ctx: Ctx, State(state): State<ApiState>) -> Response {
+    if let Err(r) = ctx.operator() {
+        return r;
+    }
+    match usecases::parked_status_events(&state.services(), 200).await {
+        Ok(events) => {
+            ctx.page(StatusCode::OK, ctx.w().status_events_title, None, pages::status_events(ctx.w(), &events))
+        }
         Err(_) => ctx.store_down(),
     }
 }

@@ -218,6 +218,8 @@ pub fn overview(w: &Words, names: &ChannelNames, ov: &Overview) -> Markup {
     let parked: u64 = ov.channels.iter().flat_map(|c| &c.tasks).filter(|t| t.parked).map(|t| t.count).sum();
     html! {
         p.big { (w.parked_total) (w.colon) strong #parked-total { (parked) } " " a href="/console/review" { (w.nav_review) } }
+        p { (w.status_events_parked) (w.colon) strong #status-events-parked { (ov.status_events_parked) } " "
+            a href="/console/status-events" { (w.status_events_title) } }
         (chart(w, "chart-hour", w.chart_hour, w.chart_hour_ago, &ov.hour))
         (chart(w, "chart-day", w.chart_day, w.chart_day_ago, &ov.day))
         div.scroll {
@@ -663,6 +665,42 @@ pub fn message(text: &str, link: Option<(&str, &str)>) -> Markup {
         p { (text) }
         @if let Some((href, words)) = link { p { a href=(href) { (words) } } }
         (PreEscaped(""))
+    }
+}
+
+/// The parked status events (issue 46): what the calling service was not told, and why.
+#[must_use]
+pub fn status_events(w: &Words, events: &[herald_ports::ParkedStatusEvent]) -> Markup {
+    html! {
+        p { (w.status_events_intro) }
+        @if events.is_empty() {
+            p #status-events-none { (w.none) }
+        } @else {
+            div.scroll {
+                table #status-events {
+                    caption { (w.status_events_title) }
+                    thead { tr {
+                        th scope="col" { (w.col_subscription) } th scope="col" { (w.col_event) }
+                        th scope="col" { (w.col_notification) } th scope="col" { (w.col_channel) }
+                        th scope="col" { (w.col_posts) } th scope="col" { (w.col_last_error) }
+                        th scope="col" { (w.col_parked_at) }
+                    } }
+                    tbody {
+                        @for e in events {
+                            tr {
+                                td { (e.subscription) }
+                                td { code { "notification." (e.kind.as_str()) } }
+                                td { a href={ "/console/notifications/" (e.notification.0) } { (e.notification.0) } }
+                                td { (e.channel) }
+                                td { (e.tries) }
+                                td { (e.last_error.as_deref().unwrap_or("")) }
+                                td { (moment(e.parked_at)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
