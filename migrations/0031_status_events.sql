@@ -9,7 +9,7 @@
 -- of the task change it tells, so an event exists exactly when its change committed. A dispatcher claims
 -- due rows (`due_at`), posts them, and marks them delivered (`delivered_at`), due again later, or parked
 -- (`parked_at`) after too many failures. `id` is the event's `webhook-id`; `seq` orders the events of a
--- notification: every event of one task is written after the previous one committed (the task row is
+-- delivery: every event of one task is written after the previous one committed (the task row is
 -- locked by each change), so a later event always has a larger `seq`.
 
 CREATE TABLE status_subscription (

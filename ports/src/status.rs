@@ -18,7 +18,7 @@ pub struct SubscriptionFilter {
 pub struct StatusEvent {
     /// The `webhook-id`: the same for every post of this event, so the receiver can drop repeats.
     pub id: uuid::Uuid,
-    /// Larger for every later event of the same notification (for this subscription).
+    /// Larger for every later event of the same delivery (notification and channel), for this subscription.
     pub sequence: i64,
     pub subscription: String,
     pub kind: StatusKind,

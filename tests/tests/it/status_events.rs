@@ -229,6 +229,19 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
         assert!(!body.contains("dest-"), "no destination in an event: {body}");
         assert!(!body.contains("delivered") && !body.contains("failed"), "Herald's words only: {body}");
     }
+    // Every field sent is one the OpenAPI document's webhook describes.
+    let doc = herald_http::api::openapi_json(&world.table());
+    let schema = |name: &str| doc["components"]["schemas"][name]["properties"].as_object().cloned().unwrap();
+    assert_eq!(
+        doc["webhooks"]["notificationStatus"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/StatusEventBody"
+    );
+    for record in &records {
+        let payload = record["payload"].as_object().unwrap();
+        assert!(payload.keys().all(|k| schema("StatusEventBody").contains_key(k)), "{record}");
+        let data = payload["data"].as_object().unwrap();
+        assert!(data.keys().all(|k| schema("StatusEventData").contains_key(k)), "{record}");
+    }
     // Each event once: every post was answered 2xx, so no id repeats.
     let mut ids: Vec<&str> = records.iter().map(|r| r["id"].as_str().unwrap()).collect();
     ids.sort_unstable();

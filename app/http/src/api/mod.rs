@@ -92,7 +92,7 @@ impl utoipa::Modify for SecurityAddon {
         routes::metrics,
         routes::openapi,
     ),
-    components(schemas(Problem, FieldError)),
+    components(schemas(Problem, FieldError, model::StatusEventBody, model::StatusEventData)),
     modifiers(&SecurityAddon)
 )]
 pub struct ApiDoc;
@@ -189,6 +189,25 @@ pub fn openapi_json(channels: &ChannelTable) -> serde_json::Value {
             }
         }
     }
+    // What Herald posts to a status subscription's endpoint (issue 46), as an OpenAPI 3.1 webhook.
+    let signed = |name: &str, words: &str| json!({"name": name, "in": "header", "required": true, "schema": {"type": "string"}, "description": words});
+    doc["webhooks"] = json!({"notificationStatus": {"post": {
+        "operationId": "notification_status",
+        "summary": "A status event, posted to each [[status_subscription]] that wants its kind",
+        "description": "Signed per the Standard Webhooks specification. At least once: a post not answered 2xx \
+            is made again with the same `webhook-id` after a backoff (honouring `Retry-After`), and parked after \
+            `[status_events] max_posts` posts (listed in the console). Not in order: `data.sequence` orders the \
+            events of one delivery (a notification on one channel).",
+        "parameters": [
+            signed("webhook-id", "The event's id, the same on every post of it: drop repeats by it"),
+            signed("webhook-timestamp", "Seconds since the epoch when this post was made"),
+            signed("webhook-signature", "`v1,` + base64 of HMAC-SHA256 over `{webhook-id}.{webhook-timestamp}.{body}` \
+                with the key of the subscription's `whsec_` secret"),
+        ],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StatusEventBody"}}}},
+        "responses": {"2XX": {"description": "Taken; not posted again"},
+            "default": {"description": "Not taken: posted again later with the same webhook-id"}},
+    }}});
     if let Some(recipients) = doc.pointer_mut("/components/schemas/SubmitEvent/properties/recipients") {
         recipients["items"] = user_id;
         recipients["uniqueItems"] = Value::Bool(true);

@@ -909,3 +909,55 @@ pub fn cursor_pattern(kind: &str) -> String {
 pub struct HealthBody {
     pub status: String,
 }
+
+/// A status event (issue 46), as Herald posts it to a `[[status_subscription]]` endpoint — the body of the
+/// `notificationStatus` webhook of the OpenAPI document. Only documented here: the HTTP sink of
+/// `herald-channels` writes it, and `tests/tests/it/status_events.rs` checks every field it sends is one
+/// of these.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatusEventBody {
+    /// `notification.` + the kind: `accepted` (the channel accepted the message, or a query found it — not
+    /// "delivered"), `refused` (nothing was accepted), `parked` (the outcome of a call is unknown and a
+    /// person must decide), `resolved` (a person decided), `sent_again` (Herald called the channel again
+    /// for this delivery), `suppressed` (the user switched the channel off), `expired` (the notification
+    /// expired before it could be sent).
+    #[schema(example = "notification.accepted")]
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When the change happened (RFC 3339, UTC), as `data.occurred_at`.
+    pub timestamp: String,
+    pub data: StatusEventData,
+}
+
+/// What a status event says. Never a destination; the notification's body only for a subscription with
+/// `include_body = true`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatusEventData {
+    /// The notification's id, as `POST /v1/notifications` answered it.
+    pub notification_id: String,
+    /// The caller's event key.
+    pub event_key: String,
+    /// The channel of the delivery.
+    pub channel: String,
+    /// The number of the delivery attempt the event is about, as in the notification's attempts.
+    pub attempt: u32,
+    /// Larger for every later event of the same delivery (this notification on this channel): events may
+    /// arrive out of order, and one may arrive more than once (same `webhook-id`); order by this. Two
+    /// channels of one notification change independently: their events follow the moments they were written.
+    pub sequence: i64,
+    /// When the change happened (RFC 3339, UTC).
+    pub occurred_at: String,
+    /// `refused`: `rejected` (the channel refused it) or `attempts_exhausted` (every attempt the budget
+    /// allowed was refused); `suppressed`: `preference_off`.
+    #[schema(nullable = false)]
+    pub reason: Option<String>,
+    /// `resolved`: `marked_sent`, `marked_not_sent` or `send_again`.
+    #[schema(nullable = false)]
+    pub decision: Option<String>,
+    /// `accepted`: the channel's id of the message, when it gave one.
+    #[schema(nullable = false)]
+    pub channel_message_id: Option<String>,
+    /// The notification's body, only for a subscription with `include_body = true`.
+    #[schema(nullable = false)]
+    pub body: Option<String>,
+}
