@@ -39,10 +39,12 @@ CREATE TABLE status_event (
     last_error         text,
     delivered_at       timestamptz,
     parked_at          timestamptz
-);
-CREATE INDEX status_event_due ON status_event (due_at, seq) WHERE due_at IS NOT NULL;
+) WITH (fillfactor = 50);
+-- The events still to post, oldest first. `due_at` is in no index, so the claim's update (a new due time,
+-- one more try) stays on its page (HOT: fill factor 50 leaves the room); only the final update, delivered
+-- or parked, leaves the index.
+CREATE INDEX status_event_pending ON status_event (seq) WHERE delivered_at IS NULL AND parked_at IS NULL;
 CREATE INDEX status_event_parked ON status_event (parked_at, seq) WHERE parked_at IS NOT NULL;
-CREATE INDEX status_event_by_task ON status_event (task_id);
 
 -- One INSERT … SELECT per statement, like the tally's triggers, and nothing at all while no subscription
 -- is configured. The kinds, from each task's row before and after the statement:

@@ -11,8 +11,27 @@ use crate::convert::{from_db, store_error, to_db};
 use crate::rows::from_row;
 
 /// Replaces the subscriptions in one transaction: a task change commits against the old set or the new.
+/// Processes starting at once take turns (the lock conflicts with itself, not with the trigger's reads), and
+/// a set equal to the stored one is left as it is.
 pub(crate) async fn set_subscriptions(pool: &PgPool, subscriptions: &[SubscriptionFilter]) -> Result<(), StoreError> {
     let mut tx = pool.begin().await.map_err(store_error)?;
+    sqlx::query("LOCK TABLE status_subscription IN SHARE ROW EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .map_err(store_error)?;
+    let stored: Vec<(String, Vec<String>)> =
+        sqlx::query_as("SELECT name, kinds FROM status_subscription ORDER BY name")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(store_error)?;
+    let mut wanted: Vec<(String, Vec<String>)> = subscriptions
+        .iter()
+        .map(|s| (s.name.clone(), s.kinds.iter().map(|k| k.as_str().to_owned()).collect()))
+        .collect();
+    wanted.sort();
+    if stored == wanted {
+        return tx.commit().await.map_err(store_error);
+    }
     sqlx::query("DELETE FROM status_subscription").execute(&mut *tx).await.map_err(store_error)?;
     for subscription in subscriptions {
         let kinds: Vec<&str> = subscription.kinds.iter().map(|kind| kind.as_str()).collect();
@@ -26,13 +45,14 @@ pub(crate) async fn set_subscriptions(pool: &PgPool, subscriptions: &[Subscripti
     tx.commit().await.map_err(store_error)
 }
 
-/// Chooses and locks the due rows (`SKIP LOCKED`: another dispatcher's rows are passed over), moves
+/// Chooses and locks the due rows, oldest first by the index of pending events (`SKIP LOCKED`: another
+/// dispatcher's rows are passed over; rows waiting for a retry are read past), moves
 /// their due time to the end of the hold and counts the try, in one statement; the notification's public
 /// id, event key and (for `with_body`) body come from the same statement.
 const CLAIM_STATUS_EVENTS: &str = "WITH due AS ( \
        SELECT id FROM status_event \
-        WHERE due_at IS NOT NULL AND due_at <= $2 AND subscription = ANY ($1) \
-        ORDER BY due_at, seq LIMIT $3 FOR UPDATE SKIP LOCKED), \
+        WHERE delivered_at IS NULL AND parked_at IS NULL AND due_at <= $2 AND subscription = ANY ($1) \
+        ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED), \
      held AS ( \
        UPDATE status_event e SET due_at = $4, tries = e.tries + 1 FROM due WHERE e.id = due.id \
        RETURNING e.id, e.seq, e.subscription, e.user_id, e.notification_id, e.channel, e.attempt_no, e.kind, \
@@ -121,9 +141,12 @@ pub(crate) async fn claim(
         .collect()
 }
 
-pub(crate) async fn delivered(pool: &PgPool, id: uuid::Uuid, now: Timestamp) -> Result<(), StoreError> {
-    sqlx::query("UPDATE status_event SET due_at = NULL, delivered_at = $2, last_error = NULL WHERE id = $1")
-        .bind(id)
+pub(crate) async fn delivered(pool: &PgPool, ids: &[uuid::Uuid], now: Timestamp) -> Result<(), StoreError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("UPDATE status_event SET due_at = NULL, delivered_at = $2, last_error = NULL WHERE id = ANY ($1)")
+        .bind(ids)
         .bind(to_db(now))
         .execute(pool)
         .await

@@ -449,8 +449,8 @@ impl herald_ports::StatusEventStore for PgStore {
         status::claim(&self.pool, subscriptions, with_body, limit, now, hold).await
     }
 
-    async fn status_event_delivered(&self, id: uuid::Uuid, now: Timestamp) -> Result<(), StoreError> {
-        status::delivered(&self.pool, id, now).await
+    async fn status_events_delivered(&self, ids: &[uuid::Uuid], now: Timestamp) -> Result<(), StoreError> {
+        status::delivered(&self.pool, ids, now).await
     }
 
     async fn status_event_retry(&self, id: uuid::Uuid, due: Timestamp, error: &str) -> Result<(), StoreError> {

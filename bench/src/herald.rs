@@ -134,6 +134,10 @@ pub struct Herald {
     last_wal: Option<wal::Use>,
     /// Each phase starts with `VACUUM task_queue` (see [`Herald::vacuum_queue`]).
     vacuum: bool,
+    /// The configuration as written at start, without status subscriptions.
+    base_config: String,
+    /// Processes start with `--stand-ins` (a status subscription to this process's receiver).
+    stand_ins: bool,
 }
 
 fn config_text(db_url: &str, listen: u16, s: &StandIns, service: &str, admin: &str) -> String {
@@ -259,7 +263,8 @@ impl Herald {
         let (service, admin) = (token("svc"), token("adm"));
         let port = free_port()?;
         let config = workdir.join("herald.toml");
-        write_private(&config, &config_text(db_url, port, &standins, &service, &admin))?;
+        let base_config = config_text(db_url, port, &standins, &service, &admin);
+        write_private(&config, &base_config)?;
         let status = Command::new(&binary)
             .arg("--config")
             .arg(&config)
@@ -285,6 +290,8 @@ impl Herald {
             inspect_wal,
             last_wal: None,
             vacuum,
+            base_config,
+            stand_ins: false,
         })
     }
 
@@ -294,6 +301,9 @@ impl Herald {
         let log = std::fs::File::create(self.workdir.join(format!("{name}.log")))?;
         let mut c = Command::new(&self.binary);
         c.arg("--config").arg(&self.config).arg(command);
+        if self.stand_ins && command != "migrate" {
+            c.arg("--stand-ins");
+        }
         for (k, v) in env {
             c.env(k, v);
         }
@@ -350,6 +360,23 @@ impl Herald {
             }
         }
         self.children.clear();
+    }
+
+    /// Processes started from now on post status events to `receiver` (every kind), or none (`None`).
+    pub fn status_subscription(&mut self, receiver: Option<&crate::status::Receiver>) -> anyhow::Result<()> {
+        let mut text = self.base_config.clone();
+        if let Some(receiver) = receiver {
+            let secret = self.workdir.join("status.secret");
+            write_private(&secret, crate::status::SECRET)?;
+            text += &crate::status::subscription(&receiver.url, &secret);
+        }
+        self.stand_ins = receiver.is_some();
+        write_private(&self.config, &text)
+    }
+
+    /// Status events written and delivered so far.
+    pub async fn status_events(&self) -> anyhow::Result<(i64, i64)> {
+        Ok(sqlx::query_as("SELECT count(*), count(delivered_at) FROM status_event").fetch_one(&self.pool).await?)
     }
 
     /// Every user's preference on every channel, through the API (destinations are stored encrypted).

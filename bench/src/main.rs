@@ -22,6 +22,7 @@ mod herald;
 mod peers;
 mod pgbench;
 mod report;
+mod status;
 mod wal;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +61,9 @@ pub struct Plan {
     pub random_keys: bool,
     /// Only the latency phase, at this many notifications per second (`--herald-only` runs).
     pub latency_at: Option<f64>,
+    /// Only the subscriptions' cost: drains without and with a status subscription, alternated
+    /// (`--herald-only` runs).
+    pub status_events: bool,
     /// Only the submit phase (`--herald-only` runs).
     pub submit_only: bool,
     /// `VACUUM task_queue` before each of Herald's phases, standing in for the autovacuum of migration
@@ -85,7 +89,7 @@ struct Options {
 }
 
 const USAGE: &str = "usage: herald-bench --herald PATH --apalis PATH [--quick] [--scaling] [--write] \
-                     [--herald-only] [--history TASKS] [--random-keys] [--no-vacuum] [--latency-at RATE] [--submit-only] \
+                     [--herald-only] [--history TASKS] [--random-keys] [--no-vacuum] [--latency-at RATE] [--submit-only] [--status-events] \
                      [--profile NAME] [--command TEXT]";
 
 fn options() -> anyhow::Result<Options> {
@@ -93,7 +97,7 @@ fn options() -> anyhow::Result<Options> {
     let (mut quick, mut scaling, mut write, mut herald_only) = (false, false, false, false);
     let (mut herald, mut apalis, mut profile, mut command) = (None, None, "release".to_owned(), String::new());
     let (mut history, mut random_keys, mut latency_at, mut vacuum_queue) = (None, false, None, true);
-    let mut submit_only = false;
+    let (mut submit_only, mut status_events) = (false, false);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().cloned().context(USAGE);
@@ -105,6 +109,7 @@ fn options() -> anyhow::Result<Options> {
             "--random-keys" => random_keys = true,
             "--no-vacuum" => vacuum_queue = false,
             "--submit-only" => submit_only = true,
+            "--status-events" => status_events = true,
             "--herald" => herald = Some(PathBuf::from(value()?)),
             "--apalis" => apalis = Some(PathBuf::from(value()?)),
             "--profile" => profile = value()?,
@@ -130,7 +135,7 @@ fn options() -> anyhow::Result<Options> {
     if !vacuum_queue && !herald_only {
         bail!("--no-vacuum is a control for --herald-only runs: the figures of record vacuum the queue");
     }
-    if (latency_at.is_some() || submit_only) && !herald_only {
+    if (latency_at.is_some() || submit_only || status_events) && !herald_only {
         bail!("--latency-at and --submit-only measure one phase alone: they go with --herald-only");
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().context("the workspace")?.to_path_buf();
@@ -147,6 +152,7 @@ fn options() -> anyhow::Result<Options> {
             random_keys,
             latency_at,
             submit_only,
+            status_events,
             vacuum_queue,
             submit_clients: 16,
             submit_secs: 3.0,
@@ -171,6 +177,7 @@ fn options() -> anyhow::Result<Options> {
             random_keys,
             latency_at,
             submit_only,
+            status_events,
             vacuum_queue,
             submit_clients: 32,
             submit_secs: 15.0,
@@ -416,6 +423,9 @@ async fn run_herald(plan: &Plan, herald: &mut Herald, figures: &mut Figures) -> 
         figures.submit = Some(submit(plan, herald, sizing).await?);
         return Ok(());
     }
+    if plan.status_events {
+        return status_events(plan, herald, sizing).await;
+    }
 
     let before = herald.task_updates().await?;
     let d = herald.drain(plan.notifications, sizing).await?;
@@ -532,4 +542,46 @@ fn one_run_at_a_time(workdir: &Path) -> anyhow::Result<Flock<std::fs::File>> {
         }
         other => anyhow::anyhow!("cannot lock {}: {other}", path.display()),
     })
+}
+
+/// Drains without and with a status subscription (every kind, to a receiver in this process that takes
+/// every post), alternated twice, and the ratio of their rates (issue 46: with ≥ 0.9× without).
+async fn status_events(plan: &Plan, herald: &mut Herald, sizing: Sizing) -> anyhow::Result<()> {
+    let receiver = status::Receiver::start().await?;
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for round in 1..=2 {
+        herald.status_subscription(None)?;
+        let d = herald.drain(plan.notifications, sizing).await?;
+        say(format!(
+            "status events round {round}, no subscription: {} tasks in {:.2} s, {:.0}/s",
+            d.tasks,
+            d.secs,
+            d.rate()
+        ));
+        off.push(d.rate());
+        herald.status_subscription(Some(&receiver))?;
+        let (written_before, _) = herald.status_events().await?;
+        let d = herald.drain(plan.notifications, sizing).await?;
+        let (written, delivered) = herald.status_events().await?;
+        say(format!(
+            "status events round {round}, one subscription: {} tasks in {:.2} s, {:.0}/s; {} events written, {} delivered \
+             by the drain's end ({} posts at the receiver so far)",
+            d.tasks,
+            d.secs,
+            d.rate(),
+            written - written_before,
+            delivered,
+            receiver.posts()
+        ));
+        on.push(d.rate());
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    say(format!(
+        "status events: drain with a subscription / without = {:.3} (means of {:?} and {:?} tasks/s)",
+        mean(&on) / mean(&off),
+        on.iter().map(|r| r.round()).collect::<Vec<_>>(),
+        off.iter().map(|r| r.round()).collect::<Vec<_>>()
+    ));
+    herald.status_subscription(None)?;
+    Ok(())
 }

@@ -71,8 +71,8 @@ pub trait StatusEventStore: Send + Sync {
         hold: Millis,
     ) -> Result<Vec<StatusEvent>, StoreError>;
 
-    /// The endpoint took the event.
-    async fn status_event_delivered(&self, id: uuid::Uuid, now: Timestamp) -> Result<(), StoreError>;
+    /// The endpoints took these events (one statement for a round's events).
+    async fn status_events_delivered(&self, ids: &[uuid::Uuid], now: Timestamp) -> Result<(), StoreError>;
 
     /// The endpoint did not take it: due again at `due`.
     async fn status_event_retry(&self, id: uuid::Uuid, due: Timestamp, error: &str) -> Result<(), StoreError>;

@@ -100,10 +100,11 @@ impl Dispatcher {
         let answers = futures::future::join_all(posts).await;
         let now = self.clock.now().await?;
         let mut round = Round::default();
+        let mut delivered = Vec::new();
         for (event, result) in answers {
             match after_post(result, event.tries, &self.settings.retry, Jitter::from_bits(rand::random()), now) {
                 StatusNext::Delivered => {
-                    self.store.status_event_delivered(event.id, now).await?;
+                    delivered.push(event.id);
                     round.delivered += 1;
                     metrics::counter!("herald_status_events_total", "result" => "delivered").increment(1);
                 }
@@ -121,6 +122,7 @@ impl Dispatcher {
                 }
             }
         }
+        self.store.status_events_delivered(&delivered, now).await?;
         Ok(round)
     }
 
