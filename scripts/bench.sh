@@ -12,6 +12,7 @@
 #   scripts/bench.sh --herald-only  Herald's figures only, no peers and no ratios (to iterate; not with --write)
 #   scripts/bench.sh --herald-only --latency-at R  only the latency phase, at R notifications/s
 #   scripts/bench.sh --herald-only --submit-only  only the submit phase (the API's writes, with its CPU and WAL)
+#   scripts/bench.sh --herald-only --status-events  drains without and with a status subscription, alternated, and their ratio
 #   scripts/bench.sh --herald-only --no-vacuum  no VACUUM of the claim's queue between Herald's phases
 #                                 (the control: on a server without autovacuum, what later phases pay)
 #   scripts/bench.sh --history N  N finished tasks in the tables for the second drain (default 10000000;
