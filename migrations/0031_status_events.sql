@@ -55,7 +55,10 @@ CREATE INDEX status_event_parked ON status_event (parked_at, seq) WHERE parked_a
 --   the new state.
 -- * `parked`: the task entered the parked set (its outcome is unknown and a person must decide).
 -- * `accepted`: the task became SENT on its own (the channel accepted, or a query found the message).
--- * `suppressed`: the task became SUPPRESSED (the user switched the channel off before it was sent).
+-- * `suppressed`: the task became SUPPRESSED (the user switched the channel off before it was sent:
+--   `preference_off`; or was erased: `erased`); also a task an erasure closed while its outcome was unknown
+--   and it was parked (`erased_outcome_unknown`). One left parked by anything but a person's decision (its last
+--   attempt is no MANUAL_ row) tells no `resolved`.
 -- * `expired` / `refused`: the task became FAILED; which, and the reason class, from the outcome of its
 --   last attempt (TTL_EXPIRED: expired; REJECTED: refused, `rejected`; otherwise refused,
 --   `attempts_exhausted`).
@@ -96,22 +99,27 @@ BEGIN
                          WHEN n.state = 'FAILED' THEN 'failed'
                        END AS change) c
               CROSS JOIN LATERAL (
-                SELECT CASE WHEN c.change = 'failed' AND last.outcome = 'TTL_EXPIRED' THEN 'expired'
+                SELECT CASE WHEN last.outcome = 'USER_ERASED' THEN 'suppressed'
+                            WHEN c.change = 'resolved' AND last.outcome NOT LIKE 'MANUAL%' THEN NULL
+                            WHEN c.change = 'failed' AND last.outcome = 'TTL_EXPIRED' THEN 'expired'
                             WHEN c.change = 'failed' THEN 'refused'
                             ELSE c.change END AS kind,
-                       CASE c.change
-                         WHEN 'resolved' THEN CASE n.state WHEN 'SENT' THEN 'marked_sent'
-                                                           WHEN 'FAILED' THEN 'marked_not_sent'
-                                                           ELSE 'send_again' END
-                         WHEN 'suppressed' THEN 'preference_off'
-                         WHEN 'failed' THEN CASE last.outcome WHEN 'TTL_EXPIRED' THEN NULL
-                                                              WHEN 'REJECTED' THEN 'rejected'
-                                                              ELSE 'attempts_exhausted' END
+                       CASE
+                         WHEN last.outcome = 'USER_ERASED' THEN CASE WHEN n.state = 'SUPPRESSED' THEN 'erased'
+                                                                     ELSE 'erased_outcome_unknown' END
+                         WHEN c.change = 'resolved' THEN CASE n.state WHEN 'SENT' THEN 'marked_sent'
+                                                                      WHEN 'FAILED' THEN 'marked_not_sent'
+                                                                      ELSE 'send_again' END
+                         WHEN c.change = 'suppressed' THEN 'preference_off'
+                         WHEN c.change = 'failed' THEN CASE last.outcome WHEN 'TTL_EXPIRED' THEN NULL
+                                                                         WHEN 'REJECTED' THEN 'rejected'
+                                                                         ELSE 'attempts_exhausted' END
                        END AS reason
                   FROM (SELECT (SELECT a.outcome FROM delivery_attempt a
-                                 WHERE c.change = 'failed' AND a.user_id = n.user_id AND a.task_id = n.id
+                                 WHERE c.change IN ('failed', 'suppressed', 'resolved')
+                                   AND a.user_id = n.user_id AND a.task_id = n.id
                                    AND a.attempt_no = n.last_attempt_no) AS outcome) last) k
-             WHERE c.change IS NOT NULL
+             WHERE k.kind IS NOT NULL
           ) ev
       ) e
       JOIN status_subscription s ON e.kind = ANY (s.kinds)

@@ -1068,7 +1068,20 @@ impl RawConfig {
         let longest = subscriptions.iter().map(|s| s.timeout_ms).max().unwrap_or(0);
         dispatch.hold = herald_domain::Millis(longest + 5_000);
         let status = StatusConfig { subscriptions, dispatch };
-        Ok(Config { database, server, auth, keys, worker, channels, log, test_send, console, egress, retention, status })
+        Ok(Config {
+            database,
+            server,
+            auth,
+            keys,
+            worker,
+            channels,
+            log,
+            test_send,
+            console,
+            egress,
+            retention,
+            status,
+        })
     }
 }
 

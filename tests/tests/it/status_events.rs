@@ -158,6 +158,12 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
     world.switch("u2", "push", true).await?;
     expected.insert(public(&suppressed), words(&["notification.suppressed/1/preference_off"]));
 
+    // Erased: the user's erasure settles the task before any claim.
+    world.user("u3", &["push"]).await?;
+    let erased = world.submit("u3", "erased", HOUR, None).await?;
+    herald_core::usecases::erase_user(&services, &"u3".into(), "test").await?;
+    expected.insert(public(&erased), words(&["notification.suppressed/1/erased"]));
+
     // Expired before any claim.
     let expired = world.submit("u2", "expired", 1_000, None).await?;
     world.advance(2_000);

@@ -948,7 +948,8 @@ pub struct StatusEventData {
     /// When the change happened (RFC 3339, UTC).
     pub occurred_at: String,
     /// `refused`: `rejected` (the channel refused it) or `attempts_exhausted` (every attempt the budget
-    /// allowed was refused); `suppressed`: `preference_off`.
+    /// allowed was refused); `suppressed`: `preference_off`, `erased`, or `erased_outcome_unknown` (a parked delivery
+    /// closed by the user's erasure: it may have been accepted).
     #[schema(nullable = false)]
     pub reason: Option<String>,
     /// `resolved`: `marked_sent`, `marked_not_sent` or `send_again`.
