@@ -304,9 +304,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Token(TokenCommand::Link { user_id, base_url }) => {
             let services = store_services(&config, "token link").await?;
-            let link = herald_core::sessions::create_link(&services, &UserId::new(user_id), config.console.link_ttl)
-                .await
-                .context("cannot store the sign-in link")?;
+            let link =
+                herald_core::sessions::create_link(&services, None, &UserId::new(user_id), config.console.link_ttl)
+                    .await
+                    .context("cannot store the sign-in link")?;
             println!("{}{}", base_url.trim_end_matches('/'), link.path());
             Ok(())
         }
@@ -369,7 +370,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys(KeysCommand::Rotate { batch }) => {
             crate::logging::init(&config);
             let (_, services) = compose::services_from_config(&config, "keys rotate", false).await?;
-            let report = usecases::rotate_keys(services.prefs.as_ref(), services.cipher.as_ref(), batch).await?;
+            let report =
+                usecases::rotate_keys(&cli_actor(), services.prefs.as_ref(), services.cipher.as_ref(), batch).await?;
             println!("{report}");
             Ok(())
         }
@@ -471,12 +473,20 @@ fn outcomes(task: &TaskView) -> String {
     format!("[{}]", list.join(", "))
 }
 
+/// Who acts from the command line: whoever can read the configuration (an admin), named by the
+/// operating system's user (`$USER`), as the audit trail records it.
+#[must_use]
+pub fn cli_actor() -> usecases::Actor {
+    let name = std::env::var("USER").ok().filter(|n| herald_domain::operators::valid_name(n));
+    usecases::Actor::command_line(name.unwrap_or_else(|| "unknown".to_owned()))
+}
+
 /// The parked tasks as a table, one line each.
 ///
 /// # Errors
 /// Store failures.
 pub async fn review_list(services: &Services, limit: u32) -> anyhow::Result<String> {
-    let tasks = usecases::review_list(services, limit).await.context("cannot list parked tasks")?;
+    let tasks = usecases::review_list(services, &cli_actor(), limit).await.context("cannot list parked tasks")?;
     if tasks.is_empty() {
         return Ok("no task is waiting for review\n".into());
     }
@@ -525,7 +535,7 @@ pub async fn review_resolve(
     if note.trim().is_empty() {
         return Err(ConfigError::new("--note", "must not be empty").into());
     }
-    match usecases::resolve(services, task, final_state, note).await {
+    match usecases::resolve(services, &cli_actor(), task, final_state, note).await {
         Ok(resolved) => Ok(format!(
             "task {} is now {}: {}: {note}",
             resolved.task_id,
@@ -536,6 +546,7 @@ pub async fn review_resolve(
         Err(ResolveError::NotParked { state }) => {
             anyhow::bail!("task {task} is {state} and not waiting for review; nothing changed")
         }
+        Err(ResolveError::Forbidden(refused)) => Err(refused.into()),
         Err(ResolveError::Store(error)) => Err(anyhow::Error::new(error).context("cannot resolve the task")),
     }
 }

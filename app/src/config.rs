@@ -115,6 +115,9 @@ pub struct AuthConfig {
     /// `auth.user_token_keys` in order (the first signs user tokens, all verify), or the one key of
     /// `auth.user_token_secret` under the id `default`.
     pub user_token_keys: Vec<herald_core::auth::UserTokenKey>,
+    /// `[[operators.tokens]]`: named admin tokens with a role (`auth.admin_tokens` are admins named
+    /// `admin`, `admin-2`, …).
+    pub operator_tokens: Vec<herald_core::auth::OperatorToken>,
 }
 
 impl AuthConfig {
@@ -136,6 +139,7 @@ impl AuthConfig {
             &self.admin_tokens,
             self.user_token_keys.clone(),
         )
+        .with_operator_tokens(&self.operator_tokens)
         .with_metrics_tokens(&self.metrics_tokens)
     }
 }
@@ -432,6 +436,8 @@ struct RawConfig {
     status_subscription: Vec<RawStatusSubscription>,
     #[serde(default)]
     status_events: RawStatusEvents,
+    #[serde(default)]
+    operators: RawOperators,
 }
 
 #[derive(Deserialize, Default)]
@@ -628,6 +634,65 @@ fn status_subscriptions(
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
+struct RawOperators {
+    tokens: Option<Vec<RawOperatorToken>>,
+}
+
+/// One `[[operators.tokens]]`: a named admin token with a role, for automation and break-glass.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOperatorToken {
+    name: Option<String>,
+    role: Option<String>,
+    token: Option<String>,
+    file: Option<PathBuf>,
+}
+
+/// `[[operators.tokens]]`: each named (uniquely), with a role, and a token given directly or in a file.
+fn operator_tokens(list: Vec<RawOperatorToken>, base: &Path) -> Result<Vec<herald_core::auth::OperatorToken>> {
+    let mut out: Vec<herald_core::auth::OperatorToken> = Vec::with_capacity(list.len());
+    for (i, raw) in list.into_iter().enumerate() {
+        let key = format!("operators.tokens[{i}]");
+        let name = raw.name.ok_or_else(|| ConfigError::new(format!("{key}.name"), "is required"))?;
+        if !herald_domain::operators::valid_name(&name) {
+            return Err(ConfigError::new(
+                format!("{key}.name"),
+                "must be 1 to 128 characters, without control characters",
+            ));
+        }
+        if out.iter().any(|t| t.name == name) {
+            return Err(ConfigError::new(format!("{key}.name"), "is used by another operator token"));
+        }
+        let role = raw
+            .role
+            .ok_or_else(|| ConfigError::new(format!("{key}.role"), "is required (viewer, resolver or admin)"))?;
+        let role = role
+            .parse::<herald_domain::operators::Role>()
+            .map_err(|_| ConfigError::new(format!("{key}.role"), "must be viewer, resolver or admin"))?;
+        let token = match (raw.token, raw.file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    format!("{key}.token"),
+                    format!("is given both directly and as {key}.file; give one"),
+                ))
+            }
+            (Some(token), None) => token,
+            (None, Some(path)) => read_secret_file(&format!("{key}.file"), &path, base)?,
+            (None, None) => return Err(ConfigError::new(format!("{key}.file"), "is required (or token)")),
+        };
+        if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ConfigError::new(
+                format!("{key}.token"),
+                "must not be empty or contain spaces or control characters",
+            ));
+        }
+        out.push(herald_core::auth::OperatorToken { name, role, token: SecretString::from(token) });
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct RawEgress {
     allow_private: Option<Vec<String>>,
 }
@@ -757,7 +822,7 @@ impl RawAuth {
                 ))
             }
         };
-        Ok(AuthConfig { service_tokens, admin_tokens, metrics_tokens, user_token_keys })
+        Ok(AuthConfig { service_tokens, admin_tokens, metrics_tokens, user_token_keys, operator_tokens: Vec::new() })
     }
 }
 
@@ -969,7 +1034,27 @@ impl RawConfig {
         };
         let server = ServerConfig { listen, body_limit_bytes, limits, https: s.https.unwrap_or(false) };
 
-        let auth = self.auth.map(|auth| auth.resolve(base)).transpose()?;
+        let mut auth = self.auth.map(|auth| auth.resolve(base)).transpose()?;
+        let named = operator_tokens(self.operators.tokens.unwrap_or_default(), base)?;
+        match &mut auth {
+            Some(auth) => {
+                let mut others = auth.service_tokens.iter().chain(&auth.admin_tokens).chain(&auth.metrics_tokens);
+                if let Some(i) = named.iter().position(|t| {
+                    others.any(|o| o.expose_secret() == t.token.expose_secret())
+                        || named.iter().filter(|u| u.token.expose_secret() == t.token.expose_secret()).count() > 1
+                }) {
+                    return Err(ConfigError::new(
+                        format!("operators.tokens[{i}]"),
+                        "its token is also another token of the configuration; give each its own",
+                    ));
+                }
+                auth.operator_tokens = named;
+            }
+            None if !named.is_empty() => {
+                return Err(ConfigError::new("operators.tokens", "needs [auth] (service tokens, user-token secret)"));
+            }
+            None => {}
+        }
         let keys = self.keys.map(|keys| resolve_keys(keys, base)).transpose()?;
 
         let w = self.worker;

@@ -17,6 +17,7 @@ pub mod digest;
 pub mod egress;
 pub mod finish;
 pub mod ids;
+pub mod operators;
 pub mod quota;
 pub mod resolve;
 pub mod retry;

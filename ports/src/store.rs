@@ -442,6 +442,9 @@ pub enum ResolveError {
     NotFound,
     #[error("task is {state} and not waiting for review; nothing changed")]
     NotParked { state: TaskState },
+    /// The actor's role lacks the decision's capability; nothing was read or written.
+    #[error(transparent)]
+    Forbidden(#[from] herald_domain::operators::Forbidden),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

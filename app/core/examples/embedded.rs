@@ -118,9 +118,9 @@ async fn main() -> anyhow::Result<()> {
     let user = UserId::new(format!("embedded-{}", std::process::id()));
     let channel = ChannelName::new("chat");
     let refused =
-        usecases::set_preference(&services, &user, &channel, true, Some(&SecretString::from("ops room"))).await;
+        usecases::set_preference(&services, &user, None, &channel, true, Some(&SecretString::from("ops room"))).await;
     println!("a destination the chat refuses: {}", refused.map_or_else(|e| e.to_string(), |_| "stored".into()));
-    usecases::set_preference(&services, &user, &channel, true, Some(&SecretString::from("@ops-room"))).await?;
+    usecases::set_preference(&services, &user, None, &channel, true, Some(&SecretString::from("@ops-room"))).await?;
 
     // The same event twice: one logical notification.
     let new = NewNotification {

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use herald_domain::operators::{Actor, ActorKind, Role};
 use herald_domain::Timestamp;
 use herald_ports::Credential;
 use hmac::{Hmac, Mac};
@@ -37,8 +38,34 @@ pub const LEGACY_USER_KEY_ID: &str = "default";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Caller {
     Service,
-    Admin,
+    /// A named admin token (automation, break-glass), with the role the configuration gives it.
+    Operator(Actor),
     User(String),
+}
+
+/// The name the tokens of `auth.admin_tokens` get, numbered from the second on (`admin`, `admin-2`, …).
+pub const LEGACY_ADMIN_TOKEN_NAME: &str = "admin";
+
+/// An operator token from the configuration: its name (what the audit trail shows), its role and the
+/// token itself.
+#[derive(Clone)]
+pub struct OperatorToken {
+    pub name: String,
+    pub role: Role,
+    pub token: SecretString,
+}
+
+impl std::fmt::Debug for OperatorToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorToken").field("name", &self.name).field("role", &self.role).finish_non_exhaustive()
+    }
+}
+
+/// A configured operator token as kept in memory: its digest only.
+struct KnownToken {
+    digest: [u8; 32],
+    name: String,
+    role: Role,
 }
 
 /// Why a user token was refused. The words name no secret and no part of the token.
@@ -50,6 +77,14 @@ pub enum UserTokenError {
     UnknownKey,
     /// Its MAC verifies but its expiry (Unix seconds) has passed.
     Expired(u64),
+}
+
+fn legacy_admin_name(index: usize) -> String {
+    if index == 0 {
+        LEGACY_ADMIN_TOKEN_NAME.to_owned()
+    } else {
+        format!("{LEGACY_ADMIN_TOKEN_NAME}-{}", index + 1)
+    }
 }
 
 /// One user-token key: its id (in every token it signs) and its secret.
@@ -74,7 +109,8 @@ pub fn valid_key_id(id: &str) -> bool {
 /// The verified token material, built once from the `[auth]` configuration.
 pub struct Authenticator {
     service: Vec<[u8; 32]>,
-    admin: Vec<[u8; 32]>,
+    /// Admin tokens, each with its name and role.
+    admin: Vec<KnownToken>,
     /// Tokens that may scrape `/metrics` and nothing else.
     metrics: Vec<[u8; 32]>,
     /// The first signs; all verify.
@@ -99,6 +135,23 @@ fn digest(token: &[u8]) -> [u8; 32] {
 fn matches_any(candidate: &[u8; 32], configured: &[[u8; 32]]) -> bool {
     // Every configured token is compared, so the time taken does not say which one matched.
     configured.iter().fold(subtle::Choice::from(0), |found, known| found | known.ct_eq(candidate)).into()
+}
+
+/// The operator token whose digest is `candidate`. Every token is compared, whatever matched.
+fn matching_token<'a>(candidate: &[u8; 32], configured: &'a [KnownToken]) -> Option<&'a KnownToken> {
+    let mut found = None;
+    for known in configured {
+        if bool::from(known.digest.ct_eq(candidate)) && found.is_none() {
+            found = Some(known);
+        }
+    }
+    found
+}
+
+impl KnownToken {
+    fn actor(&self) -> Actor {
+        Actor::new(ActorKind::Token, self.name.clone(), self.role)
+    }
 }
 
 fn unix_now() -> u64 {
@@ -132,7 +185,37 @@ impl Authenticator {
     ) -> Self {
         assert!(!user_keys.is_empty(), "at least one user-token key");
         let hash = |tokens: &[SecretString]| tokens.iter().map(|t| digest(t.expose_secret().as_bytes())).collect();
-        Authenticator { service: hash(service_tokens), admin: hash(admin_tokens), metrics: Vec::new(), user_keys }
+        let admin = admin_tokens
+            .iter()
+            .enumerate()
+            .map(|(i, token)| KnownToken {
+                digest: digest(token.expose_secret().as_bytes()),
+                name: legacy_admin_name(i),
+                role: Role::Admin,
+            })
+            .collect();
+        Authenticator { service: hash(service_tokens), admin, metrics: Vec::new(), user_keys }
+    }
+
+    /// With these named operator tokens too (`[[operators.tokens]]`), after those of `auth.admin_tokens`.
+    #[must_use]
+    pub fn with_operator_tokens(mut self, tokens: &[OperatorToken]) -> Self {
+        self.admin.extend(tokens.iter().map(|t| KnownToken {
+            digest: digest(t.token.expose_secret().as_bytes()),
+            name: t.name.clone(),
+            role: t.role,
+        }));
+        self
+    }
+
+    /// The operator a session opened with `credential` acts as now: the token's name and its role as
+    /// configured now (a role changed in the configuration applies at the session's next request).
+    #[must_use]
+    pub fn operator_of(&self, credential: &Credential) -> Option<Actor> {
+        match credential {
+            Credential::AdminToken { digest } => matching_token(digest, &self.admin).map(KnownToken::actor),
+            Credential::UserToken { .. } | Credential::SignInLink { .. } => None,
+        }
     }
 
     /// With these tokens allowed to scrape `/metrics` (and nothing else).
@@ -146,7 +229,7 @@ impl Authenticator {
     #[must_use]
     pub fn may_scrape(&self, token: &str) -> bool {
         let candidate = digest(token.as_bytes());
-        matches_any(&candidate, &self.metrics) | matches_any(&candidate, &self.admin)
+        matches_any(&candidate, &self.metrics) | matching_token(&candidate, &self.admin).is_some()
     }
 
     fn mac(key: &UserTokenKey, user_id: &str, expires: u64) -> HmacSha256 {
@@ -231,7 +314,8 @@ impl Authenticator {
                 return Some((Caller::User(user), Credential::UserToken { digest, key_id, expires_at }));
             }
         }
-        matches_any(&digest, &self.admin).then_some((Caller::Admin, Credential::AdminToken { digest }))
+        matching_token(&digest, &self.admin)
+            .map(|known| (Caller::Operator(known.actor()), Credential::AdminToken { digest }))
     }
 
     /// Identifies the caller of a bearer token now.
@@ -248,8 +332,8 @@ impl Authenticator {
         }
         let candidate = digest(token.as_bytes());
         // Admin first: a token configured in both lists gets the wider role.
-        if matches_any(&candidate, &self.admin) {
-            Ok(Caller::Admin)
+        if let Some(known) = matching_token(&candidate, &self.admin) {
+            Ok(Caller::Operator(known.actor()))
         } else if matches_any(&candidate, &self.service) {
             Ok(Caller::Service)
         } else {
@@ -270,7 +354,7 @@ impl Authenticator {
 impl crate::sessions::Credentials for Authenticator {
     fn accepts(&self, credential: &Credential) -> bool {
         match credential {
-            Credential::AdminToken { digest } => matches_any(digest, &self.admin),
+            Credential::AdminToken { digest } => matching_token(digest, &self.admin).is_some(),
             Credential::UserToken { key_id, .. } => self.user_keys.iter().any(|key| &key.id == key_id),
             Credential::SignInLink { .. } => true,
         }
@@ -297,9 +381,32 @@ mod tests {
     fn configured_tokens_identify_their_role() {
         let auth = auth();
         assert_eq!(auth.identify("service-token-1"), Some(Caller::Service));
-        assert_eq!(auth.identify("admin-token-1"), Some(Caller::Admin));
+        assert_eq!(
+            auth.identify("admin-token-1"),
+            Some(Caller::Operator(Actor::new(ActorKind::Token, "admin", Role::Admin)))
+        );
         assert_eq!(auth.identify("service-token-"), None);
         assert_eq!(auth.identify(""), None);
+    }
+
+    #[test]
+    fn named_tokens_carry_their_name_and_role_and_a_changed_role_applies_to_open_sessions() {
+        let named = |role| OperatorToken { name: "night-shift".into(), role, token: SecretString::from("night-token") };
+        let auth = auth().with_operator_tokens(&[named(Role::Viewer)]);
+        let viewer = Actor::new(ActorKind::Token, "night-shift", Role::Viewer);
+        assert_eq!(auth.identify("night-token"), Some(Caller::Operator(viewer.clone())));
+        let (_, credential) = auth.console_credential("night-token").expect("an operator token signs in");
+        assert_eq!(auth.operator_of(&credential), Some(viewer));
+        let promoted = super::Authenticator::new(&[], &[], SecretString::from("x".repeat(20)))
+            .with_operator_tokens(&[named(Role::Resolver)]);
+        assert_eq!(promoted.operator_of(&credential).map(|a| a.role), Some(Role::Resolver));
+        assert!(auth.may_scrape("night-token"));
+        let two = Authenticator::new(
+            &[],
+            &[SecretString::from("a1"), SecretString::from("a2")],
+            SecretString::from("x".repeat(20)),
+        );
+        assert_eq!(two.identify("a2"), Some(Caller::Operator(Actor::new(ActorKind::Token, "admin-2", Role::Admin))));
     }
 
     #[test]
@@ -358,7 +465,7 @@ mod tests {
         use crate::sessions::Credentials as _;
         let auth = auth();
         let (caller, admin) = auth.console_credential("admin-token-1").expect("an admin token signs in");
-        assert_eq!(caller, Caller::Admin);
+        assert!(matches!(caller, Caller::Operator(ref a) if a.name == "admin" && a.role == Role::Admin));
         assert!(auth.accepts(&admin));
         let removed =
             Authenticator::new(&[], &[SecretString::from("admin-token-2")], SecretString::from("x".repeat(20)));

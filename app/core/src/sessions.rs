@@ -17,6 +17,7 @@ use secrecy::{ExposeSecret as _, SecretString};
 use sha2::{Digest as _, Sha256};
 
 use crate::services::Services;
+use crate::usecases::{AccessError, Actor, Capability};
 
 /// Says whether the configuration still accepts the credential that opened a session.
 pub trait Credentials: Send + Sync {
@@ -237,11 +238,19 @@ impl Link {
     }
 }
 
-/// Makes a one-time sign-in link for `user`, valid for `ttl`.
+/// Makes a one-time sign-in link for `user`, valid for `ttl`. `operator`: the operator who asks for it
+/// ([`Capability::ActForUsers`]: the link signs in as the user); `None` for a calling service or the
+/// command line.
 ///
 /// # Errors
-/// Store failures.
-pub async fn create_link(services: &Services, user: &UserId, ttl: Millis) -> Result<Link, StoreError> {
+/// An operator without the capability, or a store failure.
+pub async fn create_link(
+    services: &Services,
+    operator: Option<&Actor>,
+    user: &UserId,
+    ttl: Millis,
+) -> Result<Link, AccessError> {
+    crate::usecases::for_user(operator, Capability::ActForUsers)?;
     let now = services.clock.now().await?;
     let code = random_secret();
     let expires_at = now + ttl;

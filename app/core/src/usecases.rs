@@ -18,6 +18,27 @@ use std::sync::Arc;
 
 use crate::services::Services;
 
+pub use herald_domain::operators::{Actor, Capability, Forbidden};
+
+/// Why a use case an operator may be refused did not answer. A refusal reads and writes nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    /// The actor's role lacks the capability named.
+    #[error(transparent)]
+    Forbidden(#[from] Forbidden),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// `Ok` when nobody acts for the user (the user themselves, as the front end authenticated them), or
+/// when the operator acting for them has `capability`.
+///
+/// # Errors
+/// [`Forbidden`], naming the capability.
+pub fn for_user(operator: Option<&Actor>, capability: Capability) -> Result<(), Forbidden> {
+    operator.map_or(Ok(()), |actor| actor.require(capability))
+}
+
 /// One field in which a submission differs from the one stored under the same (user, event key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Difference {
@@ -97,10 +118,12 @@ async fn event_conflicts(services: &Services, news: &[NewNotification]) -> Resul
     }
 }
 
-/// Who reads a notification: anyone (a service, an operator), or one user, who sees only their own.
+/// Who reads a notification: a calling service (any), an operator (any, with
+/// [`Capability::ViewOperations`]), or one user, who sees only their own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reader {
     Any,
+    Operator(Actor),
     User(UserId),
 }
 
@@ -109,16 +132,19 @@ pub enum Reader {
 /// even that they exist.
 ///
 /// # Errors
-/// Store failures.
+/// An operator without [`Capability::ViewOperations`], or a store failure.
 pub async fn notification(
     services: &Services,
     reader: &Reader,
     id: NotificationRef,
-) -> Result<Option<NotificationView>, StoreError> {
+) -> Result<Option<NotificationView>, AccessError> {
+    if let Reader::Operator(actor) = reader {
+        actor.require(Capability::ViewOperations)?;
+    }
     let Some(id) = services.reads.notification_by_ref(id).await? else { return Ok(None) };
     let view = services.reads.notification(id).await?;
     Ok(view.filter(|view| match reader {
-        Reader::Any => true,
+        Reader::Any | Reader::Operator(_) => true,
         Reader::User(user) => user == &view.user_id,
     }))
 }
@@ -126,22 +152,35 @@ pub async fn notification(
 /// The parked tasks, oldest first, at most `limit`.
 ///
 /// # Errors
-/// Store failures.
-pub async fn review_list(services: &Services, limit: u32) -> Result<Vec<TaskView>, StoreError> {
-    services.review.parked(limit).await
+/// An actor without [`Capability::ViewOperations`], or a store failure.
+pub async fn review_list(services: &Services, actor: &Actor, limit: u32) -> Result<Vec<TaskView>, AccessError> {
+    actor.require(Capability::ViewOperations)?;
+    Ok(services.review.parked(limit).await?)
+}
+
+/// The capability a decision needs: sending again is apart from marking sent or not sent.
+#[must_use]
+pub fn decision_capability(final_state: FinalState) -> Capability {
+    match final_state {
+        FinalState::Sent | FinalState::Failed => Capability::ResolveTasks,
+        FinalState::Resend => Capability::SendAgain,
+    }
 }
 
 /// Settles one parked task as a person decided, once: a task that is not parked (already resolved, or
 /// still automatic) is refused and nothing changes.
 ///
 /// # Errors
-/// Not found, not parked, or a store failure.
+/// An actor without the decision's capability ([`decision_capability`]), not found, not parked, or a
+/// store failure.
 pub async fn resolve(
     services: &Services,
+    actor: &Actor,
     task: TaskId,
     final_state: FinalState,
     note: &str,
 ) -> Result<Resolved, ResolveError> {
+    actor.require(decision_capability(final_state))?;
     let now = services.clock.now().await?;
     let resolved = services.review.resolve_manually(task, final_state, note, now).await?;
     // The note is the operator's text: it is not logged (it may quote a user), only the decision.
@@ -163,55 +202,66 @@ pub fn decision_words(final_state: FinalState) -> &'static str {
 
 /// Marks a user's inbox item read (SPEC §11). Repeating it changes nothing and says when it was read.
 ///
+/// `operator`: who marks it for the user ([`Capability::ActForUsers`]); `None` when the user does.
+///
 /// # Errors
-/// Store failures.
+/// An operator without the capability, or a store failure.
 pub async fn mark_read(
     services: &Services,
     user: &UserId,
+    operator: Option<&Actor>,
     notification: NotificationRef,
-) -> Result<MarkRead, StoreError> {
+) -> Result<MarkRead, AccessError> {
+    for_user(operator, Capability::ActForUsers)?;
     let now = services.clock.now().await?;
-    services.inbox.mark_read(user, notification, now).await
+    Ok(services.inbox.mark_read(user, notification, now).await?)
 }
 
 /// A page of a user's inbox, newest first, after `cursor`.
 ///
+/// `operator`: who reads it for the user ([`Capability::ViewOperations`]); `None` when the user does.
+///
 /// # Errors
-/// Store failures.
+/// An operator without the capability, or a store failure.
 pub async fn inbox_page(
     services: &Services,
     user: &UserId,
+    operator: Option<&Actor>,
     cursor: Option<InboxCursor>,
     limit: u32,
-) -> Result<Vec<InboxItem>, StoreError> {
-    services.inbox.inbox_page(user, cursor, limit).await
+) -> Result<Vec<InboxItem>, AccessError> {
+    for_user(operator, Capability::ViewOperations)?;
+    Ok(services.inbox.inbox_page(user, cursor, limit).await?)
 }
 
 /// A page of the review queue with the console's filters (channel, parked for at least `min_age`).
 ///
 /// # Errors
-/// Store failures.
+/// An actor without [`Capability::ViewOperations`], or a store failure.
 pub async fn review_page(
     services: &Services,
+    actor: &Actor,
     channel: Option<ChannelName>,
     min_age: Option<Millis>,
     after: Option<(Timestamp, TaskId)>,
     limit: u32,
-) -> Result<Vec<ParkedTask>, StoreError> {
-    review_queue(services, channel, min_age, after, limit).await.map(|(_, tasks)| tasks)
+) -> Result<Vec<ParkedTask>, AccessError> {
+    review_queue(services, actor, channel, min_age, after, limit).await.map(|(_, tasks)| tasks)
 }
 
 /// As [`review_page`], with the moment the page was read (the console shows each task's age).
 ///
 /// # Errors
-/// Store failures.
+/// An actor without [`Capability::ViewOperations`], or a store failure.
 pub async fn review_queue(
     services: &Services,
+    actor: &Actor,
     channel: Option<ChannelName>,
     min_age: Option<Millis>,
     after: Option<(Timestamp, TaskId)>,
     limit: u32,
-) -> Result<(Timestamp, Vec<ParkedTask>), StoreError> {
+) -> Result<(Timestamp, Vec<ParkedTask>), AccessError> {
+    actor.require(Capability::ViewOperations)?;
     let now = services.clock.now().await?;
     let parked_before = min_age.map(|age| now - age);
     let tasks = services.review.parked_page(&ParkedFilter { channel, parked_before, after, limit }).await?;
@@ -232,8 +282,13 @@ pub enum LogQuery {
 /// The notification a delivery-log query names, with its tasks and every attempt.
 ///
 /// # Errors
-/// Store failures.
-pub async fn find_notification(services: &Services, query: &LogQuery) -> Result<Option<NotificationView>, StoreError> {
+/// An actor without [`Capability::ViewOperations`], or a store failure.
+pub async fn find_notification(
+    services: &Services,
+    actor: &Actor,
+    query: &LogQuery,
+) -> Result<Option<NotificationView>, AccessError> {
+    actor.require(Capability::ViewOperations)?;
     let id = match query {
         LogQuery::NotificationRef(id) => match services.reads.notification_by_ref(*id).await? {
             // A task reference is a UUID too: a text that names no notification may name a task.
@@ -244,7 +299,7 @@ pub async fn find_notification(services: &Services, query: &LogQuery) -> Result<
         LogQuery::Event(user, key) => services.reads.notification_by_event(user, key).await?,
     };
     match id {
-        Some(id) => services.reads.notification(id).await,
+        Some(id) => Ok(services.reads.notification(id).await?),
         None => Ok(None),
     }
 }
@@ -408,8 +463,9 @@ async fn chart(services: &Services, now: Timestamp, width: Millis, count: i64) -
 /// the chart of the last hour (per minute) and the last day (per hour).
 ///
 /// # Errors
-/// Store failures.
-pub async fn overview(services: &Services) -> Result<Overview, StoreError> {
+/// An actor without [`Capability::ViewOperations`], or a store failure.
+pub async fn overview(services: &Services, actor: &Actor) -> Result<Overview, AccessError> {
+    actor.require(Capability::ViewOperations)?;
     let now = services.clock.now().await?;
     let counts = services.reads.task_counts().await?;
     let decided = services.reads.decided_counts().await?;
@@ -500,6 +556,8 @@ pub enum PreferenceError {
     #[error("the destination could not be encrypted")]
     Encryption,
     #[error(transparent)]
+    Forbidden(#[from] Forbidden),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
@@ -547,15 +605,18 @@ pub fn check_destination(
 ///
 /// # Errors
 /// Unknown channel, an invalid destination, enabling without a stored destination or with an expired
-/// subscription, or a store failure. Nothing is written when it fails.
+/// subscription, an operator (`operator`, `None` when the user acts) without
+/// [`Capability::ActForUsers`], or a store failure. Nothing is written when it fails.
 pub async fn set_preference(
     services: &Services,
     user: &UserId,
+    operator: Option<&Actor>,
     channel: &ChannelName,
     enabled: bool,
     destination: Option<&secrecy::SecretString>,
 ) -> Result<PreferenceSet, PreferenceError> {
     use secrecy::ExposeSecret as _;
+    for_user(operator, Capability::ActForUsers)?;
     services.channels.get(channel).ok_or(PreferenceError::UnknownChannel)?;
     if let Some(destination) = destination {
         check_destination(services, channel, destination).map_err(PreferenceError::InvalidDestination)?;
@@ -637,6 +698,8 @@ pub enum TestSendError {
     #[error("the stored destination cannot be decrypted")]
     Undecryptable,
     #[error(transparent)]
+    Forbidden(#[from] Forbidden),
+    #[error(transparent)]
     Store(#[from] StoreError),
 }
 
@@ -662,9 +725,19 @@ pub fn is_configured(services: &Services, channel: &ChannelName) -> bool {
 /// a channel faster than its interval. It proves no more than it proves: an acceptance asks the user to
 /// confirm; a refusal neither verifies nor deletes the destination.
 ///
+/// `operator`: who sends it on the user's behalf ([`Capability::TestSendForUser`]); `None` when the user
+/// does.
+///
 /// # Errors
-/// Unknown channel, no destination, too soon, undecryptable, or a store failure.
-pub async fn test_send(services: &Services, user: &UserId, channel: &ChannelName) -> Result<TestSend, TestSendError> {
+/// An operator without the capability, unknown channel, no destination, too soon, undecryptable, or a
+/// store failure.
+pub async fn test_send(
+    services: &Services,
+    user: &UserId,
+    operator: Option<&Actor>,
+    channel: &ChannelName,
+) -> Result<TestSend, TestSendError> {
+    for_user(operator, Capability::TestSendForUser)?;
     let adapter = adapter(services, channel)?;
     let Some(stored) = services.prefs.destination(user, channel).await? else {
         return Err(TestSendError::NoDestination);
@@ -728,9 +801,18 @@ pub async fn test_send(services: &Services, user: &UserId, channel: &ChannelName
 /// The user confirms that a test prompt arrived: the stored destination becomes verified — only when a
 /// test send to that very destination was accepted.
 ///
+/// `operator`: who confirms for the user ([`Capability::ActForUsers`]); `None` when the user does.
+///
 /// # Errors
-/// Unknown channel, no destination, nothing to confirm, or a store failure.
-pub async fn confirm(services: &Services, user: &UserId, channel: &ChannelName) -> Result<ChannelPref, TestSendError> {
+/// An operator without the capability, unknown channel, no destination, nothing to confirm, or a store
+/// failure.
+pub async fn confirm(
+    services: &Services,
+    user: &UserId,
+    operator: Option<&Actor>,
+    channel: &ChannelName,
+) -> Result<ChannelPref, TestSendError> {
+    for_user(operator, Capability::ActForUsers)?;
     adapter(services, channel)?;
     if !services.prefs.mark_verified(user, channel).await? {
         let stored = services.prefs.get(user, channel).await?;
@@ -778,13 +860,15 @@ impl std::fmt::Display for RotationReport {
 /// value), and the rotation goes on with the others.
 ///
 /// # Errors
-/// A store failure.
+/// An actor without [`Capability::RotateKeys`] (nothing is read), or a store failure.
 pub async fn rotate_keys(
+    actor: &Actor,
     prefs: &dyn PreferenceStore,
     cipher: &dyn DestinationCipher,
     batch: u32,
 ) -> anyhow::Result<RotationReport> {
     use anyhow::Context as _;
+    actor.require(Capability::RotateKeys)?;
     let mut report = RotationReport::default();
     let mut after: Option<(UserId, ChannelName)> = None;
     loop {
@@ -916,7 +1000,7 @@ mod tests {
         cipher.expect_needs_rotation().returning(|bytes| bytes.starts_with(b"old"));
         cipher.expect_decrypt().times(2).returning(|_, _, _| Ok(SecretString::from("dest")));
         cipher.expect_encrypt().times(2).returning(|_, _, _| Ok(b"fresh".to_vec()));
-        let report = rotate_keys(&prefs, &cipher, 10).await.expect("rotates");
+        let report = rotate_keys(&Actor::command_line("ops"), &prefs, &cipher, 10).await.expect("rotates");
         assert_eq!(report, RotationReport { examined: 3, rotated: 1, skipped: 1, ..RotationReport::default() });
     }
 }

@@ -451,6 +451,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<DemoReport> {
     } else {
         let link = herald_core::sessions::create_link(
             &services,
+            None,
             &UserId::new(scenario::user(1)),
             herald_core::sessions::DEFAULT_LINK_TTL,
         )

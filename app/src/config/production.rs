@@ -55,8 +55,12 @@ pub fn check_with(config: &Config, with_api: bool, stand_ins: bool) -> Result<()
         }
     }
     if let (true, Some(auth)) = (with_api, &config.auth) {
-        for (list, tokens) in [("auth.service_tokens", &auth.service_tokens), ("auth.admin_tokens", &auth.admin_tokens)]
-        {
+        let named: Vec<secrecy::SecretString> = auth.operator_tokens.iter().map(|t| t.token.clone()).collect();
+        for (list, tokens) in [
+            ("auth.service_tokens", &auth.service_tokens),
+            ("auth.admin_tokens", &auth.admin_tokens),
+            ("operators.tokens", &named),
+        ] {
             for (i, token) in tokens.iter().enumerate() {
                 let token = token.expose_secret();
                 if placeholder(token) {

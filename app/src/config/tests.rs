@@ -649,3 +649,52 @@ fn status_subscriptions_load_and_every_refusal_names_its_key() {
     refused(&format!("{}\n[status_events]\nmax_posts = 0\n", full()), &[], "status_events.max_posts", "between");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn operator_tokens_have_a_name_a_role_and_a_token_of_their_own() {
+    use herald_core::auth::Caller;
+    use herald_domain::operators::Role;
+    let dir = std::env::temp_dir().join(format!("herald-operators-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("night"), "night-shift-token\n").expect("write");
+    let text = format!(
+        "{}\n[[operators.tokens]]\nname = \"night shift\"\nrole = \"viewer\"\nfile = \"night\"\n\n\
+         [[operators.tokens]]\nname = \"deploy\"\nrole = \"resolver\"\ntoken = \"deploy-token\"\n",
+        full()
+    );
+    let config = Config::from_toml(&text, Vec::new(), &dir).expect("valid");
+    let auth = config.auth.as_ref().expect("auth");
+    assert_eq!(
+        auth.operator_tokens.iter().map(|t| (t.name.as_str(), t.role)).collect::<Vec<_>>(),
+        [("night shift", Role::Viewer), ("deploy", Role::Resolver)]
+    );
+    let authenticator = auth.authenticator();
+    let name_and_role = |token: &str| match authenticator.identify(token) {
+        Some(Caller::Operator(actor)) => Some((actor.name, actor.role)),
+        _ => None,
+    };
+    assert_eq!(name_and_role("night-shift-token"), Some(("night shift".to_owned(), Role::Viewer)));
+    assert_eq!(
+        name_and_role("adm-1"),
+        Some(("admin".to_owned(), Role::Admin)),
+        "auth.admin_tokens: admins named admin"
+    );
+    let one = |body: &str| format!("{}\n[[operators.tokens]]\n{body}\n", full());
+    refused(&one("role = \"viewer\"\ntoken = \"t-1\""), &[], "operators.tokens[0].name", "is required");
+    refused(&one("name = \"a\"\ntoken = \"t-1\""), &[], "operators.tokens[0].role", "is required");
+    refused(
+        &one("name = \"a\"\nrole = \"owner\"\ntoken = \"t-1\""),
+        &[],
+        "operators.tokens[0].role",
+        "viewer, resolver or admin",
+    );
+    refused(&one("name = \"a\"\nrole = \"admin\""), &[], "operators.tokens[0].file", "is required");
+    refused(&one("name = \"a\"\nrole = \"admin\"\ntoken = \"svc-1\""), &[], "operators.tokens[0]", "another token");
+    refused(
+        &format!("{}\n[[operators.tokens]]\nname = \"a\"\nrole = \"admin\"\ntoken = \"t-1\"\n[[operators.tokens]]\nname = \"a\"\nrole = \"viewer\"\ntoken = \"t-2\"\n", full()),
+        &[],
+        "operators.tokens[1].name",
+        "another operator token",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -176,7 +176,7 @@ async fn a_test_send_goes_through_the_same_smtp_adapter() {
     let Some(peer) = peer("accept").await else { return };
     let world = world(&peer, |_| {}).await;
     let services = world.services();
-    let answer = herald_core::usecases::test_send(&services, &UserId::from("u1"), &ChannelName::from("mail"))
+    let answer = herald_core::usecases::test_send(&services, &UserId::from("u1"), None, &ChannelName::from("mail"))
         .await
         .expect("test send");
     assert!(format!("{answer:?}").to_lowercase().contains("accept"), "{answer:?}");

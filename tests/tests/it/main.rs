@@ -28,6 +28,7 @@ mod production;
 mod references;
 mod reliability;
 mod review;
+mod roles;
 mod rotation;
 mod sessions;
 mod status_events;

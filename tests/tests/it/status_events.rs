@@ -140,7 +140,14 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
     worker.run_once().await?;
     let view = world.task(created.notification_id, miao_task).await?;
     assert!(view.needs_review, "the miao task is parked: {view:?}");
-    herald_core::usecases::resolve(&services, miao_task, FinalState::Sent, "the user saw it").await?;
+    herald_core::usecases::resolve(
+        &services,
+        &herald_core::usecases::Actor::command_line("test"),
+        miao_task,
+        FinalState::Sent,
+        "the user saw it",
+    )
+    .await?;
     // This notification went to two channels: its push task's events are in the same list, by sequence.
     expected.insert(
         public(&created),
@@ -177,7 +184,14 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
     worker.run_once().await?;
     world.advance(LATER);
     worker.run_once().await?;
-    herald_core::usecases::resolve(&services, resend_task, FinalState::Resend, "try once more").await?;
+    herald_core::usecases::resolve(
+        &services,
+        &herald_core::usecases::Actor::command_line("test"),
+        resend_task,
+        FinalState::Resend,
+        "try once more",
+    )
+    .await?;
     worker.run_once().await?;
     expected.insert(
         public(&resend),

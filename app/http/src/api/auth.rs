@@ -6,6 +6,7 @@ use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use herald_core::auth::{Caller, UserTokenError};
+use herald_core::usecases::Actor;
 
 use super::problem::Problem;
 use crate::ApiState;
@@ -63,31 +64,33 @@ impl FromRequestParts<ApiState> for Submitter {
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
         match Authenticated::from_request_parts(parts, state).await?.0 {
             Caller::Service => Ok(Submitter),
-            Caller::Admin | Caller::User(_) => Err(Problem::forbidden("submitting needs a service token")),
+            Caller::Operator(_) | Caller::User(_) => Err(Problem::forbidden("submitting needs a service token")),
         }
     }
 }
 
-/// A caller allowed to list and resolve parked tasks.
+/// An operator token's caller: its name and role. What the role allows is the use case's to decide
+/// (`herald_core::usecases`), which refuses naming the missing capability.
 #[derive(Debug)]
-pub struct Administrator;
+pub struct Operator(pub Actor);
 
-impl FromRequestParts<ApiState> for Administrator {
+impl FromRequestParts<ApiState> for Operator {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
         match Authenticated::from_request_parts(parts, state).await?.0 {
-            Caller::Admin => Ok(Administrator),
+            Caller::Operator(actor) => Ok(Operator(actor)),
             Caller::Service | Caller::User(_) => Err(Problem::forbidden("this needs an admin token")),
         }
     }
 }
 
-/// A caller allowed on the resources of the `{user_id}` in the path: that user's token, or an admin token.
+/// A caller allowed on the resources of the `{user_id}` in the path: that user's token (`None`), or an
+/// admin token (the operator acting for the user, whose capability the use case checks).
 ///
 /// Checked before the body is read, so a caller without access learns nothing from validation errors.
 #[derive(Debug)]
-pub struct UserAccess;
+pub struct UserAccess(pub Option<Actor>);
 
 impl FromRequestParts<ApiState> for UserAccess {
     type Rejection = Problem;
@@ -97,8 +100,8 @@ impl FromRequestParts<ApiState> for UserAccess {
         let params = RawPathParams::from_request_parts(parts, state).await.map_err(|_| Problem::not_found())?;
         let path_user = params.iter().find(|(name, _)| *name == "user_id").map(|(_, value)| value.to_owned());
         match (caller, path_user) {
-            (Caller::Admin, _) => Ok(UserAccess),
-            (Caller::User(user), Some(path_user)) if user == path_user => Ok(UserAccess),
+            (Caller::Operator(actor), _) => Ok(UserAccess(Some(actor))),
+            (Caller::User(user), Some(path_user)) if user == path_user => Ok(UserAccess(None)),
             (Caller::User(_), _) => Err(Problem::forbidden("this token belongs to another user")),
             (Caller::Service, _) => Err(Problem::forbidden("this needs the user's own token or an admin token")),
         }

@@ -3,6 +3,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use herald_core::usecases::{AccessError, Forbidden};
 use herald_ports::{ResolveError, StoreError};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -36,6 +37,9 @@ pub struct Problem {
     pub detail: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
+    /// The capability the caller's role lacks (`missing-capability` problems only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capability: Option<&'static str>,
 }
 
 fn status_code<S: serde::Serializer>(status: &StatusCode, serializer: S) -> Result<S::Ok, S::Error> {
@@ -50,6 +54,7 @@ impl Problem {
             status,
             detail: detail.into(),
             errors: Vec::new(),
+            capability: None,
         }
     }
 
@@ -173,6 +178,32 @@ impl From<StoreError> for Problem {
     }
 }
 
+impl From<Forbidden> for Problem {
+    fn from(refused: Forbidden) -> Self {
+        Problem {
+            capability: Some(refused.capability.as_str()),
+            ..Problem::new(
+                StatusCode::FORBIDDEN,
+                "missing-capability",
+                "Missing capability",
+                format!(
+                    "this needs the capability {}, which the role {} does not have; nothing was done",
+                    refused.capability, refused.role
+                ),
+            )
+        }
+    }
+}
+
+impl From<AccessError> for Problem {
+    fn from(error: AccessError) -> Self {
+        match error {
+            AccessError::Forbidden(refused) => refused.into(),
+            AccessError::Store(store) => Problem::from_store(&store),
+        }
+    }
+}
+
 impl From<ResolveError> for Problem {
     fn from(error: ResolveError) -> Self {
         match error {
@@ -183,6 +214,7 @@ impl From<ResolveError> for Problem {
                 "Task is not waiting for review",
                 format!("task is {state} and not waiting for review; nothing changed"),
             ),
+            ResolveError::Forbidden(refused) => refused.into(),
             ResolveError::Store(store) => Problem::from_store(&store),
         }
     }

@@ -7,7 +7,7 @@ use axum::Json;
 use herald_domain::{ChannelName, NotificationRef, Outcome, TaskId, TaskState, UserId};
 use herald_ports::{InboxChannel, MarkRead, NotificationView};
 
-use super::auth::{Administrator, Authenticated, Submitter, UserAccess};
+use super::auth::{Authenticated, Operator, Submitter, UserAccess};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::model::{
     rfc3339, CreatedBody, ErasureBody, Errors, EventCreatedBody, ExportBody, HealthBody, InboxBody, InboxChannelBody,
@@ -140,7 +140,8 @@ pub async fn get_notification(
     let id = NotificationRef::parse(&id).ok_or_else(Problem::not_found)?;
     let reader = match caller {
         Caller::User(user) => usecases::Reader::User(UserId::new(user)),
-        Caller::Service | Caller::Admin => usecases::Reader::Any,
+        Caller::Operator(actor) => usecases::Reader::Operator(actor),
+        Caller::Service => usecases::Reader::Any,
     };
     // Another user's notification is answered exactly like a missing one.
     let view = usecases::notification(&state.services, &reader, id).await?.ok_or_else(Problem::not_found)?;
@@ -170,7 +171,7 @@ fn check_path_user(errors: &mut Errors, user_id: &str) {
 )]
 pub async fn put_preference(
     State(state): State<ApiState>,
-    _: UserAccess,
+    UserAccess(operator): UserAccess,
     ApiPath((user_id, channel)): ApiPath<(String, String)>,
     ApiJson(request): ApiJson<PutPreference>,
 ) -> ApiResult<Json<PreferenceBody>> {
@@ -192,7 +193,7 @@ pub async fn put_preference(
     let enabled = request.enabled.unwrap_or(false);
     let user = UserId::new(user_id);
     let destination = request.destination.as_ref().map(|d| &d.0);
-    match usecases::set_preference(&services, &user, &channel, enabled, destination).await {
+    match usecases::set_preference(&services, &user, operator.as_ref(), &channel, enabled, destination).await {
         Ok(set) => {
             let mut body = PreferenceBody::from(&set.pref);
             if set.subscription_expired {
@@ -227,6 +228,7 @@ fn preference_problem(error: PreferenceError) -> Problem {
             conflict("is required: the stored subscription expired, the browser must subscribe again")
         }
         PreferenceError::Encryption => Problem::internal(),
+        PreferenceError::Forbidden(refused) => refused.into(),
         PreferenceError::Store(store) => Problem::from_store(&store),
     }
 }
@@ -288,7 +290,7 @@ pub fn status_words(channel: &InboxChannel) -> String {
 )]
 pub async fn get_inbox(
     State(state): State<ApiState>,
-    _: UserAccess,
+    UserAccess(operator): UserAccess,
     ApiPath(user_id): ApiPath<String>,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Json<InboxBody>> {
@@ -299,9 +301,14 @@ pub async fn get_inbox(
     let after = query
         .inbox_position()?
         .map(|(at, notification)| herald_ports::InboxCursor { created_at: herald_domain::Timestamp(at), notification });
-    let mut items =
-        herald_core::usecases::inbox_page(&state.services(), &UserId::new(user_id), after, limit.saturating_add(1))
-            .await?;
+    let mut items = herald_core::usecases::inbox_page(
+        &state.services(),
+        &UserId::new(user_id),
+        operator.as_ref(),
+        after,
+        limit.saturating_add(1),
+    )
+    .await?;
     let next_cursor =
         next_page(&mut items, limit, |last| super::model::cursor("inbox", last.created_at.0, last.notification_ref));
     let mut out = Vec::with_capacity(items.len());
@@ -341,13 +348,14 @@ pub async fn get_inbox(
 )]
 pub async fn list_review(
     State(state): State<ApiState>,
-    _: Administrator,
+    Operator(actor): Operator,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Json<ReviewBody>> {
     let limit = query.limit(100)?;
     let after = query.position("review")?.map(|(at, id)| (herald_domain::Timestamp(at), TaskId(id)));
     let mut page =
-        herald_core::usecases::review_page(&state.services(), None, None, after, limit.saturating_add(1)).await?;
+        herald_core::usecases::review_page(&state.services(), &actor, None, None, after, limit.saturating_add(1))
+            .await?;
     let next_cursor =
         next_page(&mut page, limit, |last| super::model::cursor("review", last.parked_at.0, last.task.task_id.0));
     let tasks = page
@@ -380,12 +388,13 @@ pub async fn list_review(
 )]
 pub async fn resolve_task(
     State(state): State<ApiState>,
-    _: Administrator,
+    Operator(actor): Operator,
     ApiPath(task_id): ApiPath<i64>,
     ApiJson(request): ApiJson<ResolveRequest>,
 ) -> ApiResult<Json<ResolvedBody>> {
     let (final_state, note) = request.validate()?;
-    let resolved = herald_core::usecases::resolve(&state.services(), TaskId(task_id), final_state, &note).await?;
+    let resolved =
+        herald_core::usecases::resolve(&state.services(), &actor, TaskId(task_id), final_state, &note).await?;
     Ok(Json(ResolvedBody { task_id: resolved.task_id.0, state: resolved.state.to_string() }))
 }
 
@@ -409,9 +418,11 @@ pub async fn resolve_task(
 )]
 pub async fn erase_user(
     State(state): State<ApiState>,
-    _: Administrator,
+    Operator(actor): Operator,
     ApiPath(user_id): ApiPath<String>,
 ) -> ApiResult<Response> {
+    // Checked here until the erasure use case takes the actor (and writes its audit event).
+    actor.require(herald_domain::operators::Capability::EraseUsers)?;
     let mut errors = Errors::default();
     check_path_user(&mut errors, &user_id);
     errors.finish(|| Some(()))?;
@@ -459,7 +470,7 @@ pub async fn export_user(
 )]
 pub async fn mark_read(
     State(state): State<ApiState>,
-    _: UserAccess,
+    UserAccess(operator): UserAccess,
     ApiPath((user_id, notification_id)): ApiPath<(String, String)>,
 ) -> ApiResult<Json<ReadBody>> {
     let mut errors = Errors::default();
@@ -467,12 +478,18 @@ pub async fn mark_read(
     errors.finish(|| Some(()))?;
     // Not in the documented form: no item has that id.
     let id = NotificationRef::parse(&notification_id).ok_or_else(Problem::not_found)?;
-    let (read_at, changed) =
-        match herald_core::usecases::mark_read(&state.services(), &UserId::new(user_id), id).await? {
-            MarkRead::Marked(at) => (at, true),
-            MarkRead::AlreadyRead(at) => (at, false),
-            MarkRead::NotFound => return Err(Problem::not_found()),
-        };
+    let (read_at, changed) = match herald_core::usecases::mark_read(
+        &state.services(),
+        &UserId::new(user_id),
+        operator.as_ref(),
+        id,
+    )
+    .await?
+    {
+        MarkRead::Marked(at) => (at, true),
+        MarkRead::AlreadyRead(at) => (at, false),
+        MarkRead::NotFound => return Err(Problem::not_found()),
+    };
     Ok(Json(ReadBody { notification_id: id.to_string(), read_at: rfc3339(read_at), changed }))
 }
 
@@ -494,15 +511,23 @@ pub async fn create_sign_in_link(
     Authenticated(caller): Authenticated,
     ApiPath(user_id): ApiPath<String>,
 ) -> ApiResult<(StatusCode, Json<SignInLinkBody>)> {
-    if !matches!(caller, Caller::Service | Caller::Admin) {
-        return Err(Problem::forbidden("sign-in links are made with a service or an admin token"));
-    }
+    let operator = match caller {
+        Caller::Service => None,
+        Caller::Operator(actor) => Some(actor),
+        Caller::User(_) => {
+            return Err(Problem::forbidden("sign-in links are made with a service or an admin token"));
+        }
+    };
     let mut errors = Errors::default();
     check_path_user(&mut errors, &user_id);
     errors.finish(|| Some(()))?;
-    let link =
-        herald_core::sessions::create_link(&state.services(), &UserId::new(user_id), state.console.sessions.link_ttl)
-            .await?;
+    let link = herald_core::sessions::create_link(
+        &state.services(),
+        operator.as_ref(),
+        &UserId::new(user_id),
+        state.console.sessions.link_ttl,
+    )
+    .await?;
     Ok((StatusCode::CREATED, Json(SignInLinkBody { path: link.path(), expires_at: rfc3339(link.expires_at) })))
 }
 

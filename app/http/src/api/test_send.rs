@@ -72,6 +72,7 @@ impl From<TestSendError> for Problem {
             TestSendError::TooSoon(_) | TestSendError::QuotaExceeded(_) | TestSendError::Undecryptable => {
                 Problem::internal()
             }
+            TestSendError::Forbidden(refused) => refused.into(),
             TestSendError::Store(store) => Problem::from_store(&store),
         }
     }
@@ -151,11 +152,11 @@ fn with_retry_after(problem: Problem, seconds: u64) -> Response {
 )]
 pub async fn test_send(
     State(state): State<ApiState>,
-    _: UserAccess,
+    UserAccess(operator): UserAccess,
     ApiPath((user_id, channel)): ApiPath<(String, String)>,
 ) -> Result<Response, Problem> {
     let (user, name) = path(&state, &user_id, &channel)?;
-    let sent = match usecases::test_send(&state.services(), &user, &name).await {
+    let sent = match usecases::test_send(&state.services(), &user, operator.as_ref(), &name).await {
         Ok(sent) => sent,
         Err(TestSendError::TooSoon(wait)) => return Ok(too_soon(wait)),
         Err(TestSendError::QuotaExceeded(wait)) => return Ok(quota_spent(wait, state.services.test_send_quota)),
@@ -194,10 +195,10 @@ pub async fn test_send(
 )]
 pub async fn confirm(
     State(state): State<ApiState>,
-    _: UserAccess,
+    UserAccess(operator): UserAccess,
     ApiPath((user_id, channel)): ApiPath<(String, String)>,
 ) -> Result<Json<PreferenceBody>, Problem> {
     let (user, name) = path(&state, &user_id, &channel)?;
-    let pref = usecases::confirm(&state.services(), &user, &name).await?;
+    let pref = usecases::confirm(&state.services(), &user, operator.as_ref(), &name).await?;
     Ok(Json(PreferenceBody::from(&pref)))
 }

@@ -19,6 +19,7 @@
 pub mod i18n;
 pub mod lookup;
 pub mod pages;
+pub mod roles;
 pub mod session;
 
 use axum::extract::{FromRequestParts, Path, Query, State};
@@ -40,7 +41,9 @@ use self::session::{CookieRules, Role, Session};
 use crate::state::ApiState;
 use herald_core::auth::Caller;
 use herald_core::sessions::{self, Found};
-use herald_core::usecases::{self, LogQuery, PreferenceError, TestOutcome, TestSendError};
+use herald_core::usecases::{
+    self, AccessError, Actor, Forbidden, LogQuery, PreferenceError, TestOutcome, TestSendError,
+};
 
 const CSS: &str = include_str!("static/console.css");
 const JS: &str = include_str!("static/console.js");
@@ -79,7 +82,7 @@ pub fn router() -> Router<ApiState> {
 async fn not_found(ctx: Ctx) -> Response {
     let w = ctx.w();
     let link = match ctx.session.as_ref().map(|s| &s.role) {
-        Some(Role::Operator) => ("/console/overview", w.nav_overview),
+        Some(Role::Operator(_)) => ("/console/overview", w.nav_overview),
         Some(Role::User(_)) => ("/console/me/inbox", w.nav_inbox),
         None => ("/console/login", w.signin_title),
     };
@@ -129,7 +132,10 @@ impl FromRequestParts<ApiState> for Ctx {
             None => request_session(state, &parts.headers).await.map_err(drop),
         };
         let (session, ended, unavailable) = match found {
-            Ok(Found::Live(stored)) => (Some(Session::from(stored)), None, false),
+            Ok(Found::Live(stored)) => {
+                let operator = state.auth.operator_of(&stored.credential);
+                (Session::new(stored, operator), None, false)
+            }
             Ok(Found::Ended(end)) => (None, Some(end), false),
             Ok(Found::None) => (None, None, false),
             Err(()) => (None, None, true),
@@ -182,7 +188,7 @@ impl Ctx {
 
     fn message(&self, status: StatusCode, text: &str) -> Response {
         let link = match self.session.as_ref().map(|s| &s.role) {
-            Some(Role::Operator) => Some(("/console/overview", self.w().nav_overview)),
+            Some(Role::Operator(_)) => Some(("/console/overview", self.w().nav_overview)),
             Some(Role::User(_)) => Some(("/console/me/inbox", self.w().nav_inbox)),
             None => Some(("/console/login", self.w().signin_title)),
         };
@@ -193,12 +199,33 @@ impl Ctx {
         self.message(StatusCode::SERVICE_UNAVAILABLE, self.w().store_down)
     }
 
-    /// The operator's session, or the answer to give instead (sign-in, or 403 for a user).
-    fn operator(&self) -> Result<&Session, Response> {
+    /// The operator's session and who they are, or the answer to give instead (sign-in, or 403 for a
+    /// user). What the operator's role allows is the use case's to decide ([`Ctx::refused`]).
+    fn operator(&self) -> Result<(&Session, &Actor), Response> {
         match &self.session {
-            Some(s) if s.role == Role::Operator => Ok(s),
-            Some(_) => Err(self.message(StatusCode::FORBIDDEN, self.w().forbidden)),
+            Some(s) => match s.actor() {
+                Some(actor) => Ok((s, actor)),
+                None => Err(self.message(StatusCode::FORBIDDEN, self.w().forbidden)),
+            },
             None => Err(self.to_signin()),
+        }
+    }
+
+    /// The page of a refusal: the operator's role lacks a capability; nothing was done.
+    fn refused(&self, refused: Forbidden) -> Response {
+        let w = self.lang.roles();
+        let text = fill(
+            w.missing_capability,
+            &[("capability", w.capability(refused.capability)), ("role", w.role(refused.role))],
+        );
+        self.message(StatusCode::FORBIDDEN, &text)
+    }
+
+    /// The answer to a read use case's failure.
+    fn failed(&self, error: AccessError) -> Response {
+        match error {
+            AccessError::Forbidden(refused) => self.refused(refused),
+            AccessError::Store(_) => self.store_down(),
         }
     }
 
@@ -207,7 +234,7 @@ impl Ctx {
         match &self.session {
             Some(s) => match &s.role {
                 Role::User(user) => Ok((s, UserId::new(user.clone()))),
-                Role::Operator => Err(self.message(StatusCode::FORBIDDEN, self.w().forbidden)),
+                Role::Operator(_) => Err(self.message(StatusCode::FORBIDDEN, self.w().forbidden)),
             },
             None => Err(self.to_signin()),
         }
@@ -306,7 +333,7 @@ fn see_other(to: &str) -> Response {
 
 async fn home(ctx: Ctx) -> Response {
     match ctx.session.as_ref().map(|s| &s.role) {
-        Some(Role::Operator) => see_other("/console/overview"),
+        Some(Role::Operator(_)) => see_other("/console/overview"),
         Some(Role::User(_)) => see_other("/console/me/inbox"),
         None => see_other("/console/login"),
     }
@@ -366,7 +393,7 @@ async fn login(ctx: Ctx, State(state): State<ApiState>, headers: HeaderMap, Form
         return refused;
     }
     match state.auth.console_credential(form.token.trim()) {
-        Some((Caller::Admin, credential)) => ctx.open_session(&state, SessionRole::Operator, credential).await,
+        Some((Caller::Operator(_), credential)) => ctx.open_session(&state, SessionRole::Operator, credential).await,
         Some((Caller::User(user), credential)) => {
             ctx.open_session(&state, SessionRole::User(UserId::new(user)), credential).await
         }
@@ -504,17 +531,18 @@ async fn end_session(ctx: Ctx, State(state): State<ApiState>, Form(form): Form<E
 }
 
 async fn overview(ctx: Ctx, State(state): State<ApiState>) -> Response {
-    if let Err(r) = ctx.operator() {
-        return r;
-    }
-    match usecases::overview(&state.services()).await {
+    let actor = match ctx.operator() {
+        Ok((_, actor)) => actor,
+        Err(r) => return r,
+    };
+    match usecases::overview(&state.services(), actor).await {
         Ok(overview) => ctx.page(
             StatusCode::OK,
             ctx.w().overview_title,
             None,
             pages::overview(ctx.w(), &state.console.channel_names, &overview),
         ),
-        Err(_) => ctx.store_down(),
+        Err(error) => ctx.failed(error),
     }
 }
 
@@ -561,7 +589,7 @@ async fn review_page(
     status: StatusCode,
     flash: Option<Flash>,
 ) -> Response {
-    let session = match ctx.operator() {
+    let (session, actor) = match ctx.operator() {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -571,13 +599,17 @@ async fn review_page(
     let after = q.after_at.zip(q.after_id).map(|(at, id)| (Timestamp(at), TaskId(id)));
     let page = usecases::review_queue(
         &services,
+        actor,
         channel.clone(),
         min_age.map(|m| Millis(m.saturating_mul(60_000))),
         after,
         PAGE_SIZE + 1,
     )
     .await;
-    let Ok((now, mut page)) = page else { return ctx.store_down() };
+    let (now, mut page) = match page {
+        Ok(page) => page,
+        Err(error) => return ctx.failed(error),
+    };
     let next = if page.len() > PAGE_SIZE as usize {
         page.truncate(PAGE_SIZE as usize);
         page.last().map(|last| {
@@ -605,6 +637,7 @@ async fn review_page(
     let names: Vec<String> = services.channels.names().map(ToString::to_string).collect();
     let content = pages::review(
         ctx.w(),
+        ctx.lang.roles(),
         &state.console.channel_names,
         session,
         now,
@@ -635,9 +668,10 @@ async fn resolve(
     Path(task_id): Path<i64>,
     Form(form): Form<ResolveForm>,
 ) -> Response {
-    if let Err(r) = ctx.operator() {
-        return r;
-    }
+    let actor = match ctx.operator() {
+        Ok((_, actor)) => actor,
+        Err(r) => return r,
+    };
     if let Err(refused) = ctx.check_csrf(&form.csrf) {
         return refused;
     }
@@ -654,7 +688,7 @@ async fn resolve(
         return review_page(&ctx, &state, &ReviewQuery::default(), StatusCode::UNPROCESSABLE_ENTITY, flash).await;
     }
     let note = note.replace(['\r', '\n'], " ");
-    match usecases::resolve(&state.services(), TaskId(task_id), decision, &note).await {
+    match usecases::resolve(&state.services(), actor, TaskId(task_id), decision, &note).await {
         Ok(_) => see_other(&format!("/console/review?done={task_id}&decision={}", decision.as_str())),
         Err(ResolveError::NotParked { state: now }) => {
             let flash =
@@ -662,6 +696,7 @@ async fn resolve(
             review_page(&ctx, &state, &ReviewQuery::default(), StatusCode::CONFLICT, flash).await
         }
         Err(ResolveError::NotFound) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
+        Err(ResolveError::Forbidden(refused)) => ctx.refused(refused),
         Err(ResolveError::Store(_)) => ctx.store_down(),
     }
 }
@@ -677,9 +712,10 @@ struct LogQueryForm {
 }
 
 async fn log(ctx: Ctx, State(state): State<ApiState>, Query(f): Query<LogQueryForm>) -> Response {
-    if let Err(r) = ctx.operator() {
-        return r;
-    }
+    let actor = match ctx.operator() {
+        Ok((_, actor)) => actor,
+        Err(r) => return r,
+    };
     let w = ctx.w();
     let (q, user, event) = (f.q.trim(), f.user.trim(), f.event.trim());
     let query = if !q.is_empty() {
@@ -703,10 +739,10 @@ async fn log(ctx: Ctx, State(state): State<ApiState>, Query(f): Query<LogQueryFo
     };
     let form = pages::log_form(w, q, user, event);
     let Some(query) = query else { return ctx.page(StatusCode::OK, w.log_title, None, form) };
-    match usecases::find_notification(&state.services(), &query).await {
+    match usecases::find_notification(&state.services(), actor, &query).await {
         Ok(Some(view)) => see_other(&format!("/console/notifications/{}", view.notification_ref)),
         Ok(None) => ctx.page(StatusCode::NOT_FOUND, w.log_title, Some(Flash::Info(w.log_nothing.to_owned())), form),
-        Err(_) => ctx.store_down(),
+        Err(error) => ctx.failed(error),
     }
 }
 
@@ -722,18 +758,19 @@ fn encode_path(segment: &str) -> String {
 }
 
 async fn notification(ctx: Ctx, State(state): State<ApiState>, Path(id): Path<String>) -> Response {
-    if let Err(r) = ctx.operator() {
-        return r;
-    }
+    let actor = match ctx.operator() {
+        Ok((_, actor)) => actor,
+        Err(r) => return r,
+    };
     let w = ctx.w();
     let Some(id) = NotificationRef::parse(&id) else { return ctx.message(StatusCode::NOT_FOUND, w.not_found) };
-    match usecases::find_notification(&state.services(), &LogQuery::NotificationRef(id)).await {
+    match usecases::find_notification(&state.services(), actor, &LogQuery::NotificationRef(id)).await {
         Ok(Some(view)) => {
             let title = format!("{} {}", w.notification_title, view.notification_ref);
             ctx.page(StatusCode::OK, &title, None, pages::notification(w, &state.console.channel_names, &view))
         }
         Ok(None) => ctx.message(StatusCode::NOT_FOUND, w.not_found),
-        Err(_) => ctx.store_down(),
+        Err(error) => ctx.failed(error),
     }
 }
 
@@ -757,8 +794,10 @@ async fn inbox_response(
         .before_at
         .zip(q.before.as_deref().and_then(NotificationRef::parse))
         .map(|(at, notification)| InboxCursor { created_at: Timestamp(at), notification });
-    let Ok(mut items) = usecases::inbox_page(&state.services(), user, cursor, PAGE_SIZE + 1).await else {
-        return ctx.store_down();
+    let operator = if own { None } else { ctx.session.as_ref().and_then(Session::actor) };
+    let mut items = match usecases::inbox_page(&state.services(), user, operator, cursor, PAGE_SIZE + 1).await {
+        Ok(items) => items,
+        Err(error) => return ctx.failed(error),
     };
     let next = if items.len() > PAGE_SIZE as usize {
         items.truncate(PAGE_SIZE as usize);
@@ -844,10 +883,10 @@ async fn mark_read(
         Err(r) => return r,
     };
     let Some(id) = NotificationRef::parse(&id) else { return ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found) };
-    match usecases::mark_read(&state.services(), &user, id).await {
+    match usecases::mark_read(&state.services(), &user, None, id).await {
         Ok(MarkRead::Marked(_) | MarkRead::AlreadyRead(_)) => see_other(&format!("/console/me/inbox#n-{id}")),
         Ok(MarkRead::NotFound) => ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found),
-        Err(_) => ctx.store_down(),
+        Err(error) => ctx.failed(error),
     }
 }
 
@@ -981,6 +1020,7 @@ async fn save_channel(
     let (status, flash) = match usecases::set_preference(
         &state.services(),
         &user,
+        None,
         &ChannelName::new(channel),
         enabled,
         destination.as_ref(),
@@ -992,6 +1032,7 @@ async fn save_channel(
         Err(PreferenceError::NoDestination) => (StatusCode::CONFLICT, refused(w.need_destination)),
         Err(PreferenceError::SubscriptionExpired) => (StatusCode::CONFLICT, refused(w.subscription_expired)),
         Err(PreferenceError::UnknownChannel) => return ctx.message(StatusCode::NOT_FOUND, w.not_found),
+        Err(PreferenceError::Forbidden(refused)) => return ctx.refused(refused),
         Err(PreferenceError::Encryption | PreferenceError::Store(_)) => return ctx.store_down(),
     };
     channels_page(&ctx, &state, status, flash, None, None).await
@@ -1010,7 +1051,7 @@ async fn test_channel(
         Err(r) => return r,
     };
     let name = ChannelName::new(channel.clone());
-    let (result, secs, why) = match usecases::test_send(&state.services(), &user, &name).await {
+    let (result, secs, why) = match usecases::test_send(&state.services(), &user, None, &name).await {
         Ok(sent) => match sent.outcome {
             TestOutcome::Accepted => (TestResult::Accepted, 0, String::new()),
             TestOutcome::Refused { why } => (TestResult::Refused, 0, why.chars().take(200).collect()),
@@ -1049,7 +1090,7 @@ async fn confirm_channel(
         Err(r) => return r,
     };
     let w = ctx.w();
-    match usecases::confirm(&state.services(), &user, &ChannelName::new(channel)).await {
+    match usecases::confirm(&state.services(), &user, None, &ChannelName::new(channel)).await {
         Ok(_) => see_other("/console/me/channels?notice=confirmed"),
         Err(TestSendError::NothingToConfirm | TestSendError::NoDestination) => {
             let flash = Some(Flash::Error(w.nothing_to_confirm.to_owned()));

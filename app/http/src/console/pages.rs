@@ -6,11 +6,13 @@
 //! keyboard in document order), tables with header cells, and status messages in `role="status"` /
 //! `role="alert"` regions.
 
+use herald_domain::operators::Capability as OpCapability;
 use herald_domain::{Capability, TaskState};
 use herald_ports::{AttemptView, ChannelPref, InboxChannel, InboxItem, NotificationView, TaskView};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::i18n::{fill, split_last_error, Lang, Words};
+use super::roles::RoleWords;
 use super::session::{Role, Session};
 use crate::api::model::rfc3339;
 use crate::state::ChannelNames;
@@ -63,7 +65,7 @@ pub fn layout(frame: Frame<'_>, content: Markup) -> Markup {
                         nav aria-label=(w.product) {
                             ul {
                                 @match &session.role {
-                                    Role::Operator => {
+                                    Role::Operator(_) => {
                                         li { a href="/console/overview" { (w.nav_overview) } }
                                         li { a href="/console/review" { (w.nav_review) } }
                                         li { a href="/console/log" { (w.nav_log) } }
@@ -78,7 +80,7 @@ pub fn layout(frame: Frame<'_>, content: Markup) -> Markup {
                         }
                         span.who {
                             @match &session.role {
-                                Role::Operator => { (w.signed_in_as_operator) }
+                                Role::Operator(actor) => { (w.signed_in_as_operator) " " (actor.label()) " (" (frame.lang.roles().role(actor.role)) ")" }
                                 Role::User(user) => { (w.signed_in_as_user) " " (user) }
                             }
                         }
@@ -417,6 +419,7 @@ pub fn task_state(w: &Words, task: &TaskView) -> Markup {
 #[allow(clippy::too_many_arguments)]
 pub fn review(
     w: &Words,
+    roles: &RoleWords,
     names: &ChannelNames,
     session: &Session,
     now: herald_domain::Timestamp,
@@ -426,6 +429,8 @@ pub fn review(
     tasks: &[(herald_domain::Timestamp, TaskView, Capability)],
     next: Option<String>,
 ) -> Markup {
+    // A viewer reads the queue; the decisions shown are those the operator's role allows.
+    let may = |capability: OpCapability| session.actor().is_some_and(|actor| actor.role.may(capability));
     html! {
         p { (w.review_intro) }
         form.filters method="get" action="/console/review" {
@@ -461,18 +466,27 @@ pub fn review(
                 h3 { (w.what_to_check) }
                 p.check { (fill(w.check(*capability), &[("ref", &task.reference), ("channel", names.shown(task.channel.as_str()))])) }
                 (timeline(w, &task.attempts))
-                form.resolve method="post" action={"/console/tasks/" (id) "/resolve"} {
-                    (csrf(session))
-                    label for={"note-" (id)} { (w.note_label) }
-                    textarea #{"note-" (id)} name="note" required rows="2" maxlength="2000" {}
-                    div.actions {
-                        // No decision is the default by its place: each says something only the operator's
-                        // check can establish. Send again is the one that cannot lose a prompt (at worst
-                        // the person gets it twice), so it is the primary-looking one.
-                        button type="submit" name="decision" value="SENT" { (w.mark_sent) }
-                        button type="submit" name="decision" value="FAILED" { (w.mark_failed) }
-                        button.primary type="submit" name="decision" value="RESEND" { (w.send_again) }
+                @if may(OpCapability::ResolveTasks) || may(OpCapability::SendAgain) {
+                    form.resolve method="post" action={"/console/tasks/" (id) "/resolve"} {
+                        (csrf(session))
+                        label for={"note-" (id)} { (w.note_label) }
+                        textarea #{"note-" (id)} name="note" required rows="2" maxlength="2000" {}
+                        div.actions {
+                            // No decision is the default by its place: each says something only the
+                            // operator's check can establish. Send again is the one that cannot lose a
+                            // prompt (at worst the person gets it twice), so it is the primary-looking one.
+                            // A role shows only the decisions it may take.
+                            @if may(OpCapability::ResolveTasks) {
+                                button type="submit" name="decision" value="SENT" { (w.mark_sent) }
+                                button type="submit" name="decision" value="FAILED" { (w.mark_failed) }
+                            }
+                            @if may(OpCapability::SendAgain) {
+                                button.primary type="submit" name="decision" value="RESEND" { (w.send_again) }
+                            }
+                        }
                     }
+                } @else {
+                    p.readonly { (roles.read_only) }
                 }
             }
         }

@@ -24,6 +24,7 @@
 //! browser's own `Sec-Fetch-Site` header.
 
 use axum::http::{header, HeaderMap};
+use herald_core::usecases::Actor;
 use herald_ports::{SessionRole, StoredSession};
 use subtle::ConstantTimeEq as _;
 
@@ -35,7 +36,8 @@ pub const HOST_SESSION_COOKIE: &str = "__Host-herald_session";
 /// Who a session belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Role {
-    Operator,
+    /// An operator: their name and their role now.
+    Operator(Actor),
     User(String),
 }
 
@@ -48,17 +50,27 @@ pub struct Session {
     pub stored: StoredSession,
 }
 
-impl From<StoredSession> for Session {
-    fn from(stored: StoredSession) -> Self {
+impl Session {
+    /// A standing session as the pages use it; `operator`: who an operator's session acts as now (from
+    /// the credential that opened it). An operator's session without one opens nothing.
+    #[must_use]
+    pub fn new(stored: StoredSession, operator: Option<Actor>) -> Option<Self> {
         let role = match &stored.role {
-            SessionRole::Operator => Role::Operator,
+            SessionRole::Operator => Role::Operator(operator?),
             SessionRole::User(user) => Role::User(user.as_str().to_owned()),
         };
-        Session { role, csrf: stored.csrf.clone(), stored }
+        Some(Session { role, csrf: stored.csrf.clone(), stored })
     }
-}
 
-impl Session {
+    /// The operator of an operator's session.
+    #[must_use]
+    pub fn actor(&self) -> Option<&Actor> {
+        match &self.role {
+            Role::Operator(actor) => Some(actor),
+            Role::User(_) => None,
+        }
+    }
+
     /// Whether a form's `csrf` field matches this session's secret (constant time).
     #[must_use]
     pub fn csrf_ok(&self, presented: &str) -> bool {
@@ -157,7 +169,7 @@ mod tests {
             expires_at: Timestamp(1),
             ended: None,
         };
-        let session = Session::from(stored);
+        let session = Session::new(stored, None).expect("a user's session");
         assert_eq!(session.role, Role::User("alice".into()));
         assert!(session.csrf_ok("0123456789abcdef0123456789abcdef"));
         assert!(!session.csrf_ok("0123456789abcdef0123456789abcdee"));
