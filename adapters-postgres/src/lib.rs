@@ -19,6 +19,7 @@
 //! * `prefs` — the `PreferenceStore` implementation; `sessions` — the `SessionStore` implementation (the
 //!   console's sessions and sign-in links); `negative` — the test-only unsafe variants.
 
+mod audit;
 mod claim;
 mod clock;
 mod convert;

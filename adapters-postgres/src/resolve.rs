@@ -24,6 +24,7 @@ pub(crate) async fn resolve_manually(
     task: TaskId,
     final_state: FinalState,
     note: &str,
+    audit: &herald_ports::NewAuditEvent,
     now: Timestamp,
 ) -> Result<Resolved, ResolveError> {
     let mut tx = pool.begin().await.map_err(store_error)?;
@@ -43,7 +44,9 @@ pub(crate) async fn resolve_manually(
             return Err(ResolveError::NotParked { state: refused.state });
         }
     };
-    record_decision(&mut tx, &row, row.last_attempt_no + 1, final_state.outcome(), Some(note), now).await?;
+    let by = audit.actor.label();
+    record_decision(&mut tx, &row, row.last_attempt_no + 1, final_state.outcome(), Some(note), Some(&by), now).await?;
+    crate::audit::insert(&mut tx, audit).await?;
     store_transition(&mut tx, &row, &transition, None, now).await?;
     if final_state.fresh_budget() {
         sqlx::query("UPDATE delivery_task SET attempt_count = 0 WHERE user_id = $1 AND id = $2")

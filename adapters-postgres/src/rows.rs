@@ -278,8 +278,20 @@ pub(crate) struct AttemptRow {
     started_at: DateTime<Utc>,
     finished_at: Option<DateTime<Utc>>,
     note: Option<String>,
+    decided_by: Option<String>,
 }
-from_row!(AttemptRow { task_id, attempt_no, action, outcome, late_outcome, detail, started_at, finished_at, note });
+from_row!(AttemptRow {
+    task_id,
+    attempt_no,
+    action,
+    outcome,
+    late_outcome,
+    detail,
+    started_at,
+    finished_at,
+    note,
+    decided_by
+});
 
 impl TryFrom<AttemptRow> for AttemptView {
     type Error = StoreError;
@@ -294,6 +306,7 @@ impl TryFrom<AttemptRow> for AttemptView {
             finished_at: opt_from_db(row.finished_at),
             detail: row.detail,
             note: row.note,
+            decided_by: row.decided_by,
         })
     }
 }

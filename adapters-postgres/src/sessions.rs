@@ -109,7 +109,11 @@ fn owner_filter(owner: &SessionOwner) -> (Option<&str>, Option<&[u8]>) {
 
 #[async_trait]
 impl SessionStore for PgStore {
-    async fn open_session(&self, session: &NewSession) -> Result<(), StoreError> {
+    async fn open_session(
+        &self,
+        session: &NewSession,
+        audit: &[herald_ports::NewAuditEvent],
+    ) -> Result<(), StoreError> {
         let (credential_kind, credential_key) = kind(&session.credential);
         let user = match &session.role {
             SessionRole::Operator => None,
@@ -126,6 +130,7 @@ impl SessionStore for PgStore {
                  credential_key, credential_expires_at, csrf, created_at, last_seen_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10)"
         );
+        let mut tx = self.pool.begin().await.map_err(store_error)?;
         sqlx::query(&statement)
             .bind(session.id_digest.as_slice())
             .bind(user)
@@ -137,9 +142,13 @@ impl SessionStore for PgStore {
             .bind(&session.csrf)
             .bind(to_db(session.created_at))
             .bind(to_db(session.expires_at))
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(store_error)?;
+        for event in audit {
+            crate::audit::insert(&mut tx, event).await?;
+        }
+        tx.commit().await.map_err(store_error)?;
         Ok(())
     }
 
@@ -166,17 +175,31 @@ impl SessionStore for PgStore {
         Ok(())
     }
 
-    async fn end_session(&self, id_digest: &Digest, end: SessionEnd, now: Timestamp) -> Result<bool, StoreError> {
+    async fn end_session(
+        &self,
+        id_digest: &Digest,
+        end: SessionEnd,
+        now: Timestamp,
+        audit: &[herald_ports::NewAuditEvent],
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(store_error)?;
         let done = sqlx::query(
             "UPDATE console_session SET ended_at = $2, ended_reason = $3 WHERE id_digest = $1 AND ended_at IS NULL",
         )
         .bind(id_digest.as_slice())
         .bind(to_db(now))
         .bind(end.as_str())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(store_error)?;
-        Ok(done.rows_affected() > 0)
+        let ended = done.rows_affected() > 0;
+        if ended {
+            for event in audit {
+                crate::audit::insert(&mut tx, event).await?;
+            }
+        }
+        tx.commit().await.map_err(store_error)?;
+        Ok(ended)
     }
 
     async fn sessions_of(&self, owner: &SessionOwner) -> Result<Vec<StoredSession>, StoreError> {

@@ -404,9 +404,10 @@ impl EgressStore for PgStore {
         channel: &ChannelName,
         rules: &ChannelRules,
         quota: TestSendQuota,
+        audit: &[herald_ports::NewAuditEvent],
         now: Timestamp,
     ) -> Result<TestSendGrant, StoreError> {
-        test_send::reserve_test_send(&self.pool, user, channel, rules, quota, now).await
+        test_send::reserve_test_send(&self.pool, user, channel, rules, quota, audit, now).await
     }
 }
 
@@ -418,9 +419,10 @@ impl ReviewStore for PgStore {
         task: TaskId,
         final_state: FinalState,
         note: &str,
+        audit: &herald_ports::NewAuditEvent,
         now: Timestamp,
     ) -> Result<Resolved, ResolveError> {
-        resolve::resolve_manually(&self.pool, task, final_state, note, now).await
+        resolve::resolve_manually(&self.pool, task, final_state, note, audit, now).await
     }
 
     async fn parked(&self, limit: u32) -> Result<Vec<TaskView>, StoreError> {

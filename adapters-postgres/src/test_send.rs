@@ -27,6 +27,7 @@ pub(crate) async fn reserve_test_send(
     channel: &ChannelName,
     rules: &ChannelRules,
     quota: TestSendQuota,
+    audit: &[herald_ports::NewAuditEvent],
     now: Timestamp,
 ) -> Result<TestSendGrant, StoreError> {
     let mut tx = pool.begin().await.map_err(store_error)?;
@@ -79,6 +80,9 @@ pub(crate) async fn reserve_test_send(
             .execute(&mut *tx)
             .await
             .map_err(store_error)?;
+    }
+    for event in audit {
+        crate::audit::insert(&mut tx, event).await?;
     }
     tx.commit().await.map_err(store_error)?;
     Ok(TestSendGrant::Go)

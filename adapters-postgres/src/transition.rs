@@ -49,13 +49,15 @@ pub(crate) async fn record_decision(
     attempt_no: i32,
     outcome: Outcome,
     note: Option<&str>,
+    decided_by: Option<&str>,
     now: Timestamp,
 ) -> Result<(), StoreError> {
     let written = sqlx::query(
         "WITH bump AS (UPDATE delivery_task SET last_attempt_no = $3 WHERE user_id = $1 AND id = $2 \
                        RETURNING user_id, id) \
-         INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, outcome, note, started_at, finished_at) \
-         SELECT user_id, id, $3, herald_uuid_v7(), $4, $5, $6, $6 FROM bump",
+         INSERT INTO delivery_attempt (user_id, task_id, attempt_no, attempt_token, outcome, note, decided_by, \
+             started_at, finished_at) \
+         SELECT user_id, id, $3, herald_uuid_v7(), $4, $5, $7, $6, $6 FROM bump",
     )
     .bind(task.user_id.as_str())
     .bind(task.id.0)
@@ -63,6 +65,7 @@ pub(crate) async fn record_decision(
     .bind(outcome.as_str())
     .bind(note)
     .bind(to_db(now))
+    .bind(decided_by)
     .execute(&mut *conn)
     .await
     .map_err(store_error)?;

@@ -22,7 +22,7 @@ use crate::rows::{
 /// that every probe uses the `(user_id, task_id, attempt_no)` key: attempts are found by index, never by
 /// scanning `delivery_attempt`.
 pub const ATTEMPTS_OF_TASKS: &str = "SELECT a.task_id, a.attempt_no, a.action, a.outcome, a.late_outcome, a.detail, \
-     a.started_at, a.finished_at, a.note \
+     a.started_at, a.finished_at, a.note, a.decided_by \
      FROM unnest($1::text[], $2::bigint[]) AS k(user_id, task_id) \
      JOIN delivery_attempt a ON a.user_id = k.user_id AND a.task_id = k.task_id \
      ORDER BY a.task_id, a.attempt_no";

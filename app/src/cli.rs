@@ -370,8 +370,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys(KeysCommand::Rotate { batch }) => {
             crate::logging::init(&config);
             let (_, services) = compose::services_from_config(&config, "keys rotate", false).await?;
-            let report =
-                usecases::rotate_keys(&cli_actor(), services.prefs.as_ref(), services.cipher.as_ref(), batch).await?;
+            let report = usecases::rotate_keys(
+                &cli_actor(),
+                services.prefs.as_ref(),
+                services.cipher.as_ref(),
+                (services.audit.as_ref(), services.clock.as_ref()),
+                batch,
+            )
+            .await?;
             println!("{report}");
             Ok(())
         }

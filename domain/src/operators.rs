@@ -199,6 +199,66 @@ impl Actor {
     }
 }
 
+/// What an audit event records (issue 43): every human act, once, in the transaction of the act.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AuditAction {
+    /// A parked task marked sent.
+    MarkSent,
+    /// A parked task marked not sent.
+    MarkNotSent,
+    /// A parked task sent again.
+    SendAgain,
+    /// A test prompt sent on a user's behalf.
+    TestSend,
+    /// Destinations re-encrypted under the current key.
+    RotateKeys,
+    /// A user's data erased.
+    EraseUser,
+    /// An operator signed in to the console.
+    SignIn,
+    /// An operator signed out.
+    SignOut,
+}
+
+impl AuditAction {
+    pub const ALL: [AuditAction; 8] = [
+        AuditAction::MarkSent,
+        AuditAction::MarkNotSent,
+        AuditAction::SendAgain,
+        AuditAction::TestSend,
+        AuditAction::RotateKeys,
+        AuditAction::EraseUser,
+        AuditAction::SignIn,
+        AuditAction::SignOut,
+    ];
+
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditAction::MarkSent => "mark_sent",
+            AuditAction::MarkNotSent => "mark_not_sent",
+            AuditAction::SendAgain => "send_again",
+            AuditAction::TestSend => "test_send",
+            AuditAction::RotateKeys => "rotate_keys",
+            AuditAction::EraseUser => "erase_user",
+            AuditAction::SignIn => "sign_in",
+            AuditAction::SignOut => "sign_out",
+        }
+    }
+
+    /// The action of a decision on a parked task.
+    #[must_use]
+    pub fn of_decision(final_state: crate::resolve::FinalState) -> AuditAction {
+        match final_state {
+            crate::resolve::FinalState::Sent => AuditAction::MarkSent,
+            crate::resolve::FinalState::Failed => AuditAction::MarkNotSent,
+            crate::resolve::FinalState::Resend => AuditAction::SendAgain,
+        }
+    }
+}
+
+code!(AuditAction, "audit action");
+
 /// Whether `name` may name an operator or a token: 1 to 128 characters, no control character, not
 /// blank. (A person's display name may hold spaces and any script.)
 #[must_use]
@@ -238,6 +298,9 @@ mod tests {
         }
         for capability in Capability::ALL {
             assert_eq!(capability.as_str().parse::<Capability>(), Ok(capability));
+        }
+        for action in AuditAction::ALL {
+            assert_eq!(action.as_str().parse::<AuditAction>(), Ok(action));
         }
         for kind in ActorKind::ALL {
             assert_eq!(kind.as_str().parse::<ActorKind>(), Ok(kind));

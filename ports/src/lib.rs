@@ -5,6 +5,7 @@
 //! With the `mocks` feature every trait has a mockall mock (`MockDeliveryStore`, …) for unit tests
 //! of orchestration; tests of behaviour use a real PostgreSQL and real stand-in channels instead.
 
+pub mod audit;
 pub mod channel;
 pub mod cipher;
 pub mod clock;
@@ -13,6 +14,7 @@ pub mod sessions;
 pub mod status;
 pub mod store;
 
+pub use audit::{AuditEvent, AuditFilter, AuditStore, NewAuditEvent};
 pub use channel::{Channel, ChannelRegistry, OutboundMessage};
 pub use cipher::{CipherError, DestinationCipher};
 pub use clock::Clock;
@@ -30,5 +32,5 @@ pub use store::{
 /// Every port a whole store implements, for `use herald_ports::prelude::*`.
 pub mod prelude {
     pub use crate::store::prelude::*;
-    pub use crate::{PreferenceStore, SessionStore, StatusEventStore};
+    pub use crate::{AuditStore, PreferenceStore, SessionStore, StatusEventStore};
 }

@@ -114,8 +114,10 @@ pub struct NewSignInLink {
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait SessionStore: Send + Sync {
-    /// Stores a new session. Sessions that ended or expired long ago MAY be removed on the way.
-    async fn open_session(&self, session: &NewSession) -> Result<(), StoreError>;
+    /// Stores a new session, with `audit` (an operator's sign-in) in the same transaction. Sessions that
+    /// ended or expired long ago MAY be removed on the way.
+    async fn open_session(&self, session: &NewSession, audit: &[crate::audit::NewAuditEvent])
+        -> Result<(), StoreError>;
 
     /// The session with this id digest, ended or not (an ended one says why), while its row is kept.
     async fn session(&self, id_digest: &Digest) -> Result<Option<StoredSession>, StoreError>;
@@ -123,8 +125,15 @@ pub trait SessionStore: Send + Sync {
     /// Records a use of the session at `now`.
     async fn touch_session(&self, id_digest: &Digest, now: Timestamp) -> Result<(), StoreError>;
 
-    /// Ends one session; `false` when it was ended already (or never existed).
-    async fn end_session(&self, id_digest: &Digest, end: SessionEnd, now: Timestamp) -> Result<bool, StoreError>;
+    /// Ends one session, with `audit` (an operator's sign-out) in the same transaction; `false` when it was
+    /// ended already (or never existed), and then nothing is written.
+    async fn end_session(
+        &self,
+        id_digest: &Digest,
+        end: SessionEnd,
+        now: Timestamp,
+        audit: &[crate::audit::NewAuditEvent],
+    ) -> Result<bool, StoreError>;
 
     /// The sessions of `owner` that have not been ended, newest first.
     async fn sessions_of(&self, owner: &SessionOwner) -> Result<Vec<StoredSession>, StoreError>;

@@ -255,6 +255,8 @@ pub struct AttemptView {
     pub detail: Option<String>,
     /// The note a person wrote with a manual resolution (`MANUAL_*` rows only). Not an error.
     pub note: Option<String>,
+    /// Who made the manual resolution (`MANUAL_*` rows written since the audit trail; else `None`).
+    pub decided_by: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -293,6 +295,16 @@ impl TaskView {
             let decision = herald_domain::resolve::manual_decision(a.outcome?)?;
             Some((decision, a.note.as_deref().unwrap_or("")))
         })
+    }
+
+    /// Who made the manual resolution of [`TaskView::manual_resolution`], when it was recorded.
+    #[must_use]
+    pub fn resolution_by(&self) -> Option<&str> {
+        self.attempts
+            .iter()
+            .rev()
+            .find(|a| a.outcome.and_then(herald_domain::resolve::manual_decision).is_some())
+            .and_then(|a| a.decided_by.as_deref())
     }
 
     /// The outcome sequence of the attempts, oldest first (what the reference cases assert).
@@ -558,6 +570,7 @@ pub trait EgressStore: Send + Sync {
         channel: &ChannelName,
         rules: &ChannelRules,
         quota: herald_domain::quota::TestSendQuota,
+        audit: &[crate::audit::NewAuditEvent],
         now: Timestamp,
     ) -> Result<TestSendGrant, StoreError>;
 }
@@ -566,12 +579,14 @@ pub trait EgressStore: Send + Sync {
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait ReviewStore: Send + Sync {
-    /// Succeeds only from parked, once.
+    /// Succeeds only from parked, once; writes `audit` (and its actor on the decision's attempt row) in
+    /// the same transaction, and nothing when it is refused.
     async fn resolve_manually(
         &self,
         task: TaskId,
         final_state: FinalState,
         note: &str,
+        audit: &crate::audit::NewAuditEvent,
         now: Timestamp,
     ) -> Result<Resolved, ResolveError>;
 

@@ -21,3 +21,22 @@ pub use clock::ManualClock;
 pub use db::TestDb;
 pub use evidence::{Check, Evidence};
 pub use world::{ClockMode, World};
+
+/// The audit event of a decision taken directly on the store by a test (as the core's `resolve` writes
+/// it), by an operator named `tester`.
+#[must_use]
+pub fn decision_event(
+    task: herald_domain::TaskId,
+    final_state: herald_domain::resolve::FinalState,
+    note: &str,
+    at: herald_domain::Timestamp,
+) -> herald_ports::NewAuditEvent {
+    use herald_domain::operators::{Actor, ActorKind, AuditAction, Role};
+    herald_ports::NewAuditEvent {
+        actor: Actor::new(ActorKind::Operator, "tester", Role::Admin),
+        action: AuditAction::of_decision(final_state),
+        target: format!("task {task}"),
+        detail: note.to_owned(),
+        at,
+    }
+}

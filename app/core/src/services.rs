@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use herald_domain::{ChannelName, TestSendQuota};
 use herald_ports::{
-    ChannelRegistry, ChannelTable, Clock, DeliveryStore, DestinationCipher, EgressStore, InboxStore, LifecycleStore,
-    PreferenceStore, ReadModels, ReviewStore, SessionStore, StatusEventStore, SubmissionStore,
+    AuditStore, ChannelRegistry, ChannelTable, Clock, DeliveryStore, DestinationCipher, EgressStore, InboxStore,
+    LifecycleStore, PreferenceStore, ReadModels, ReviewStore, SessionStore, StatusEventStore, SubmissionStore,
 };
 
 use crate::worker::{Worker, WorkerConfig};
@@ -32,6 +32,8 @@ pub struct Services {
     pub sessions: Arc<dyn SessionStore>,
     /// The status events' outbox: the console's count and list of parked events.
     pub status: Arc<dyn StatusEventStore>,
+    /// The audit trail.
+    pub audit: Arc<dyn AuditStore>,
     pub registry: Arc<dyn ChannelRegistry>,
     pub cipher: Arc<dyn DestinationCipher>,
     pub clock: Arc<dyn Clock>,
@@ -61,6 +63,7 @@ impl Services {
             + PreferenceStore
             + SessionStore
             + StatusEventStore
+            + AuditStore
             + 'static,
     {
         let channels = channel_table(registry.as_ref());
@@ -74,7 +77,8 @@ impl Services {
             lifecycle: store.clone(),
             prefs: store.clone(),
             sessions: store.clone(),
-            status: store,
+            status: store.clone(),
+            audit: store,
             registry,
             cipher,
             clock,

@@ -17,7 +17,8 @@ use secrecy::{ExposeSecret as _, SecretString};
 use sha2::{Digest as _, Sha256};
 
 use crate::services::Services;
-use crate::usecases::{AccessError, Actor, Capability};
+use crate::usecases::{AccessError, Actor, AuditAction, Capability};
+use herald_ports::NewAuditEvent;
 
 /// Says whether the configuration still accepts the credential that opened a session.
 pub trait Credentials: Send + Sync {
@@ -83,6 +84,7 @@ pub async fn open(
     policy: SessionPolicy,
     role: SessionRole,
     credential: Credential,
+    operator: Option<&Actor>,
 ) -> Result<Opened, StoreError> {
     let now = services.clock.now().await?;
     let cookie = random_secret();
@@ -99,7 +101,15 @@ pub async fn open(
         csrf,
         created_at: now,
     };
-    services.sessions.open_session(&new).await?;
+    // An operator's sign-in is a human act: recorded with the session, in its transaction.
+    let audit = operator.map(|actor| NewAuditEvent {
+        actor: actor.clone(),
+        action: AuditAction::SignIn,
+        target: String::new(),
+        detail: String::new(),
+        at: now,
+    });
+    services.sessions.open_session(&new, audit.as_slice()).await?;
     tracing::info!(role = role_name(&new.role), "console session opened");
     let session = StoredSession {
         id_digest: new.id_digest,
@@ -162,20 +172,33 @@ pub async fn find(
             Ok(Found::Live(session))
         }
         SessionVerdict::Ended(end) => {
-            services.sessions.end_session(&id, end, now).await?;
+            services.sessions.end_session(&id, end, now, &[]).await?;
             tracing::info!(role = role_name(&session.role), reason = end.as_str(), "console session ended");
             Ok(Found::Ended(end))
         }
     }
 }
 
-/// Ends the session of this id digest (sign-out, or its holder ending it from the list).
+/// Ends the session of this id digest (sign-out, or its holder ending it from the list). `operator`:
+/// the operator who ends it, whose sign-out the audit trail records.
 ///
 /// # Errors
 /// Store failures.
-pub async fn end(services: &Services, id_digest: &Digest, reason: SessionEnd) -> Result<bool, StoreError> {
+pub async fn end(
+    services: &Services,
+    id_digest: &Digest,
+    reason: SessionEnd,
+    operator: Option<&Actor>,
+) -> Result<bool, StoreError> {
     let now = services.clock.now().await?;
-    let ended = services.sessions.end_session(id_digest, reason, now).await?;
+    let audit = operator.map(|actor| NewAuditEvent {
+        actor: actor.clone(),
+        action: AuditAction::SignOut,
+        target: String::new(),
+        detail: reason.as_str().to_owned(),
+        at: now,
+    });
+    let ended = services.sessions.end_session(id_digest, reason, now, audit.as_slice()).await?;
     if ended {
         tracing::info!(reason = reason.as_str(), "console session ended");
     }
@@ -205,12 +228,17 @@ pub async fn list_own(services: &Services, session: &StoredSession) -> Result<Ve
 ///
 /// # Errors
 /// Store failures.
-pub async fn end_own(services: &Services, session: &StoredSession, target: &Digest) -> Result<bool, StoreError> {
+pub async fn end_own(
+    services: &Services,
+    session: &StoredSession,
+    operator: Option<&Actor>,
+    target: &Digest,
+) -> Result<bool, StoreError> {
     let owner = owner_of(session);
     let Some(target) = services.sessions.sessions_of(&owner).await?.into_iter().find(|s| &s.id_digest == target) else {
         return Ok(false);
     };
-    end(services, &target.id_digest, SessionEnd::EndedByHolder).await
+    end(services, &target.id_digest, SessionEnd::EndedByHolder, operator).await
 }
 
 /// Ends every session of `owner` (`herald sessions end`).
@@ -275,7 +303,7 @@ pub async fn redeem_link(services: &Services, policy: SessionPolicy, code: &str)
         tracing::info!("console sign-in link refused (unknown, used or expired)");
         return Ok(None);
     };
-    open(services, policy, SessionRole::User(user), Credential::SignInLink { digest }).await.map(Some)
+    open(services, policy, SessionRole::User(user), Credential::SignInLink { digest }, None).await.map(Some)
 }
 
 #[cfg(test)]

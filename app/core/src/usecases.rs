@@ -18,7 +18,25 @@ use std::sync::Arc;
 
 use crate::services::Services;
 
-pub use herald_domain::operators::{Actor, Capability, Forbidden};
+pub use herald_domain::operators::{Actor, AuditAction, Capability, Forbidden};
+use herald_ports::{AuditEvent, AuditFilter, AuditStore, NewAuditEvent};
+
+/// The longest page of the audit trail.
+pub const MAX_AUDIT_PAGE: u32 = 200;
+
+/// A page of the audit trail, newest first, filtered (`herald_ports::AuditFilter`).
+///
+/// # Errors
+/// An actor without [`Capability::ViewAudit`], or a store failure.
+pub async fn audit_page(
+    services: &Services,
+    actor: &Actor,
+    filter: &AuditFilter,
+) -> Result<Vec<AuditEvent>, AccessError> {
+    actor.require(Capability::ViewAudit)?;
+    let filter = AuditFilter { limit: filter.limit.clamp(1, MAX_AUDIT_PAGE), ..filter.clone() };
+    Ok(services.audit.audit_page(&filter).await?)
+}
 
 /// Why a use case an operator may be refused did not answer. A refusal reads and writes nothing.
 #[derive(Debug, thiserror::Error)]
@@ -182,7 +200,14 @@ pub async fn resolve(
 ) -> Result<Resolved, ResolveError> {
     actor.require(decision_capability(final_state))?;
     let now = services.clock.now().await?;
-    let resolved = services.review.resolve_manually(task, final_state, note, now).await?;
+    let audit = NewAuditEvent {
+        actor: actor.clone(),
+        action: AuditAction::of_decision(final_state),
+        target: format!("task {task}"),
+        detail: note.to_owned(),
+        at: now,
+    };
+    let resolved = services.review.resolve_manually(task, final_state, note, &audit, now).await?;
     // The note is the operator's text: it is not logged (it may quote a user), only the decision.
     tracing::info!(task_id = %task, state = %resolved.state, decision = final_state.as_str(), "task resolved by a human");
     metrics::counter!("herald_manual_resolutions_total", "decision" => final_state.as_str()).increment(1);
@@ -746,7 +771,18 @@ pub async fn test_send(
     // As in the worker: measured from before the clock is read, so the slot's age is never understated.
     let clock_read = Instant::now();
     let now = services.clock.now().await?;
-    match services.egress.reserve_test_send(user, channel, &rules, services.test_send_quota, now).await? {
+    let audit = operator.map(|actor| NewAuditEvent {
+        actor: actor.clone(),
+        action: AuditAction::TestSend,
+        target: format!("user {user} on {channel}"),
+        detail: String::new(),
+        at: now,
+    });
+    match services
+        .egress
+        .reserve_test_send(user, channel, &rules, services.test_send_quota, audit.as_slice(), now)
+        .await?
+    {
         TestSendGrant::Go => {}
         TestSendGrant::QuotaExceeded(wait) => return Err(TestSendError::QuotaExceeded(wait)),
         TestSendGrant::ChannelBusy(wait) => return Err(TestSendError::TooSoon(wait)),
@@ -865,10 +901,37 @@ pub async fn rotate_keys(
     actor: &Actor,
     prefs: &dyn PreferenceStore,
     cipher: &dyn DestinationCipher,
+    audit: (&dyn AuditStore, &dyn herald_ports::Clock),
     batch: u32,
 ) -> anyhow::Result<RotationReport> {
     use anyhow::Context as _;
     actor.require(Capability::RotateKeys)?;
+    let report = rotate_rows(prefs, cipher, batch).await?;
+    // A rotation is many transactions: its event is written once it is done, with what it did.
+    let (trail, clock) = audit;
+    let event = NewAuditEvent {
+        actor: actor.clone(),
+        action: AuditAction::RotateKeys,
+        target: String::new(),
+        detail: format!(
+            "{} examined, {} re-encrypted, {} changed concurrently, {} unreadable",
+            report.examined,
+            report.rotated,
+            report.skipped,
+            report.unreadable.len()
+        ),
+        at: clock.now().await.context("cannot read the clock")?,
+    };
+    trail.record(&event).await.context("cannot record the rotation in the audit trail")?;
+    Ok(report)
+}
+
+async fn rotate_rows(
+    prefs: &dyn PreferenceStore,
+    cipher: &dyn DestinationCipher,
+    batch: u32,
+) -> anyhow::Result<RotationReport> {
+    use anyhow::Context as _;
     let mut report = RotationReport::default();
     let mut after: Option<(UserId, ChannelName)> = None;
     loop {
@@ -1000,7 +1063,7 @@ mod tests {
         cipher.expect_needs_rotation().returning(|bytes| bytes.starts_with(b"old"));
         cipher.expect_decrypt().times(2).returning(|_, _, _| Ok(SecretString::from("dest")));
         cipher.expect_encrypt().times(2).returning(|_, _, _| Ok(b"fresh".to_vec()));
-        let report = rotate_keys(&Actor::command_line("ops"), &prefs, &cipher, 10).await.expect("rotates");
+        let report = rotate_rows(&prefs, &cipher, 10).await.expect("rotates");
         assert_eq!(report, RotationReport { examined: 3, rotated: 1, skipped: 1, ..RotationReport::default() });
     }
 }

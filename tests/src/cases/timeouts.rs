@@ -104,9 +104,27 @@ pub async fn t3() -> anyhow::Result<Evidence> {
     let parked = world.store.parked(100).await?;
     ev.eq("listed for review", vec![task], parked.iter().map(|t| t.task_id).collect::<Vec<_>>());
     let now = world.manual.read();
-    let first = world.store.resolve_manually(task, FinalState::Sent, "user confirmed receipt", now).await;
+    let first = world
+        .store
+        .resolve_manually(
+            task,
+            FinalState::Sent,
+            "user confirmed receipt",
+            &crate::decision_event(task, FinalState::Sent, "user confirmed receipt", now),
+            now,
+        )
+        .await;
     ev.eq("first resolution", Some(TaskState::Sent), first.ok().map(|r| r.state));
-    let second = world.store.resolve_manually(task, FinalState::Failed, "second try", now).await;
+    let second = world
+        .store
+        .resolve_manually(
+            task,
+            FinalState::Failed,
+            "second try",
+            &crate::decision_event(task, FinalState::Failed, "second try", now),
+            now,
+        )
+        .await;
     ev.that(
         "second resolution refused",
         matches!(second, Err(ResolveError::NotParked { state: TaskState::Sent })),

@@ -395,13 +395,20 @@ async fn each_boundary_leaves_exactly_what_the_documentation_says_and_retention_
     assert!(world.task(young.notification_id, young.tasks[0].task_id).await.is_ok());
 
     // Once the person decided, the old notification is finished and goes at the next run.
+    let now = world.clock.now().await.expect("now");
     services
         .review
         .resolve_manually(
             parked[0].task_id,
             herald_domain::resolve::FinalState::Failed,
             "checked",
-            world.clock.now().await.expect("now"),
+            &herald_tests::decision_event(
+                parked[0].task_id,
+                herald_domain::resolve::FinalState::Failed,
+                "checked",
+                now,
+            ),
+            now,
         )
         .await
         .expect("resolve");

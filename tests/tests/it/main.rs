@@ -2,6 +2,7 @@
 //! Every test talks to a real PostgreSQL (a fresh database each) and real HTTP servers on loopback.
 
 mod api;
+mod audit;
 mod bounds;
 mod cleanup;
 mod cli_errors;

@@ -107,6 +107,7 @@ async fn every_capability_by_every_role_through_the_api() {
                 Some(json!({"enabled": false})),
             ),
             (Capability::ActForUsers, Method::POST, format!("/v1/users/{push_user}/sign-in-links"), None),
+            (Capability::ViewAudit, Method::GET, "/v1/audit".into(), None),
         ];
         for (capability, method, path, body) in cases {
             let before = Written::now(&world).await.expect("counts");
@@ -165,6 +166,8 @@ async fn every_capability_by_every_role_through_the_console() {
             let page = console.get(&path).await;
             assert_eq!(role.may(Capability::ViewOperations), allowed(page.status), "{role} {path}: {}", page.status);
         }
+        let audit = console.get("/console/audit").await;
+        assert_eq!(role.may(Capability::ViewAudit), allowed(audit.status), "{role} /console/audit: {}", audit.status);
         let decisions = [
             (Capability::ResolveTasks, sent_task, "SENT", "resolve tasks"),
             (Capability::SendAgain, again_task, "RESEND", "send again"),

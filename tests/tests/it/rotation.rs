@@ -98,14 +98,28 @@ async fn rotation_moves_every_row_to_the_current_key_and_then_the_old_key_can_go
 
     // The operator adds k2 and makes it current, keeping k1 loaded; rotates in batches of 2.
     let both = keys.ring(&["k1", "k2"], "k2");
-    let report = rotate_keys(&herald_core::usecases::Actor::command_line("test"), &*world.store, &both, 2).await?;
+    let report = rotate_keys(
+        &herald_core::usecases::Actor::command_line("test"),
+        &*world.store,
+        &both,
+        (&*world.store, &world.store.clock()),
+        2,
+    )
+    .await?;
     assert_eq!(report, RotationReport { examined: 15, rotated: 15, skipped: 0, ..RotationReport::default() });
     assert_all_under(&world, &both, "k2").await?;
     assert_eq!(prefs_of(&world.store).await?, before, "switches, verification and versions are untouched");
 
     // A second run finds nothing to do and leaves the bytes exactly as they are.
     let rotated = rows(&world.store).await?;
-    let again = rotate_keys(&herald_core::usecases::Actor::command_line("test"), &*world.store, &both, 2).await?;
+    let again = rotate_keys(
+        &herald_core::usecases::Actor::command_line("test"),
+        &*world.store,
+        &both,
+        (&*world.store, &world.store.clock()),
+        2,
+    )
+    .await?;
     assert_eq!(again, RotationReport { examined: 15, rotated: 0, skipped: 0, ..RotationReport::default() });
     assert_eq!(rows(&world.store).await?, rotated, "no row re-encrypted twice");
 
@@ -253,9 +267,15 @@ async fn an_interrupted_rotation_resumes_and_never_overwrites_a_concurrent_chang
 
     // Batches of one; the run dies after four rows.
     let flaky = Unreliable::new((*world.store).clone(), 4);
-    let error = rotate_keys(&herald_core::usecases::Actor::command_line("test"), &flaky, &both, 1)
-        .await
-        .expect_err("the interruption surfaces");
+    let error = rotate_keys(
+        &herald_core::usecases::Actor::command_line("test"),
+        &flaky,
+        &both,
+        (&*world.store, &world.store.clock()),
+        1,
+    )
+    .await
+    .expect_err("the interruption surfaces");
     assert!(format!("{error:#}").contains("unavailable"), "{error:#}");
     let under = |rows: &[StoredDestination], id: &str| {
         rows.iter().filter(|r| Keyring::key_id_of(&r.ciphertext).is_ok_and(|k| k == id)).count()
@@ -273,7 +293,14 @@ async fn an_interrupted_rotation_resumes_and_never_overwrites_a_concurrent_chang
         channel.clone(),
         old_ring.encrypt(user.as_str(), channel.as_str(), &SecretString::from(changed))?,
     ));
-    let report = rotate_keys(&herald_core::usecases::Actor::command_line("test"), &flaky, &both, 1).await?;
+    let report = rotate_keys(
+        &herald_core::usecases::Actor::command_line("test"),
+        &flaky,
+        &both,
+        (&*world.store, &world.store.clock()),
+        1,
+    )
+    .await?;
     assert_eq!(report, RotationReport { examined: 15, rotated: 10, skipped: 1, ..RotationReport::default() });
     assert!(flaky.concurrent.lock().expect("lock").is_none(), "the concurrent change happened");
     let stored = world.store.destination(&user, &channel).await?.expect("a destination");
@@ -281,7 +308,14 @@ async fn an_interrupted_rotation_resumes_and_never_overwrites_a_concurrent_chang
     assert_eq!(Keyring::key_id_of(&stored)?, "k1", "written by the old configuration");
 
     // One more run picks the changed row up; nothing is rotated twice.
-    let report = rotate_keys(&herald_core::usecases::Actor::command_line("test"), &*world.store, &both, 1).await?;
+    let report = rotate_keys(
+        &herald_core::usecases::Actor::command_line("test"),
+        &*world.store,
+        &both,
+        (&*world.store, &world.store.clock()),
+        1,
+    )
+    .await?;
     assert_eq!(report, RotationReport { examined: 15, rotated: 1, skipped: 0, ..RotationReport::default() });
     let only_k2 = keys.ring(&["k2"], "k2");
     for row in rows(&world.store).await? {
@@ -302,9 +336,14 @@ async fn rotation_skips_and_names_a_row_whose_key_is_not_loaded_and_writes_nothi
     let before = rows(&world.store).await?;
     // k1 forgotten before the rotation: no row can be opened. Each is reported, none is written, and the
     // rotation does not stop at the first.
-    let report =
-        rotate_keys(&herald_core::usecases::Actor::command_line("test"), &*world.store, &keys.ring(&["k2"], "k2"), 5)
-            .await?;
+    let report = rotate_keys(
+        &herald_core::usecases::Actor::command_line("test"),
+        &*world.store,
+        &keys.ring(&["k2"], "k2"),
+        (&*world.store, &world.store.clock()),
+        5,
+    )
+    .await?;
     assert_eq!((report.examined, report.rotated, report.unreadable.len()), (15, 0, 15));
     let message = report.to_string();
     assert!(message.contains("user rot-a on channel miao") && message.contains("k1"), "{message}");
@@ -332,7 +371,14 @@ async fn no_old_key_ciphertext_survives_a_rotation_anywhere_in_the_database() ->
     world.store.put(&UserId::from("rot-b"), &ChannelName::from("push"), true, Some(changed)).await?;
 
     let both = keys.ring(&["k1", "k2"], "k2");
-    rotate_keys(&herald_core::usecases::Actor::command_line("test"), &*world.store, &both, 4).await?;
+    rotate_keys(
+        &herald_core::usecases::Actor::command_line("test"),
+        &*world.store,
+        &both,
+        (&*world.store, &world.store.clock()),
+        4,
+    )
+    .await?;
     assert_eq!(world.store.key_ids_in_use().await?, ["k2"], "only k2 is in use");
     // Every bytea value of every table, as the server would dump it: none starts with k1's id.
     let sealed: Vec<Vec<u8>> = sqlx::query_scalar(

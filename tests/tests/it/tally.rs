@@ -59,7 +59,17 @@ async fn mixed_workload(world: &World) {
     assert_eq!(parked.len(), users.len() + 1, "the workload parks every miao task: {parked:?}");
     let now = world.clock.now().await.expect("now");
     for (task, decision) in parked.iter().zip([FinalState::Sent, FinalState::Failed, FinalState::Resend]) {
-        world.store.resolve_manually(task.task_id, decision, "checked", now).await.expect("resolve");
+        world
+            .store
+            .resolve_manually(
+                task.task_id,
+                decision,
+                "checked",
+                &herald_tests::decision_event(task.task_id, decision, "checked", now),
+                now,
+            )
+            .await
+            .expect("resolve");
     }
 
     // One event for every user at once: one INSERT of many task rows.

@@ -735,7 +735,16 @@ impl Harness {
         let Some(&task) = pool.get(usize::from(pick) % pool.len().max(1)) else { return Ok(()) };
         let note = format!("checked by an operator at step {step}");
         let id = TaskId(self.model.tasks[task].row.id);
-        let got = self.store.resolve_manually(id, final_state, &note, self.model.now).await;
+        let got = self
+            .store
+            .resolve_manually(
+                id,
+                final_state,
+                &note,
+                &herald_tests::decision_event(id, final_state, &note, self.model.now),
+                self.model.now,
+            )
+            .await;
         let want = self.model.resolve(task, final_state, &note);
         match (got, want) {
             (Ok(resolved), Ok(state)) => {

@@ -5,6 +5,7 @@
 //! root (`herald_core::Services::api_state`), and the use cases a person starts are those of
 //! `herald_core::usecases`, shared with the command line and the console.
 
+pub mod audit;
 pub mod auth;
 pub mod extract;
 pub mod limits;
@@ -43,6 +44,7 @@ pub fn routes() -> Router<ApiState> {
         .route("/v1/users/{user_id}/export", get(routes::export_user))
         .route("/v1/review", get(routes::list_review))
         .route("/v1/tasks/{task_id}/resolve", post(routes::resolve_task))
+        .route("/v1/audit", get(audit::list_audit))
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
         .route("/metrics", get(routes::metrics))
@@ -60,7 +62,8 @@ impl utoipa::Modify for SecurityAddon {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "A service token (submit), an admin token (review, resolve, any user) or an expiring user \
+                        "A service token (submit), an operator token (`auth.admin_tokens`, `[[operators.tokens]]`: \
+                         what its role's capabilities allow — review, resolve, audit, act for a user) or an expiring user \
                          token `u2.{key id}.{user}.{expiry}.{mac}` (that user's preferences, inbox and \
                          notifications; `herald token user USER_ID --ttl 1h`).",
                     ))
@@ -87,6 +90,7 @@ impl utoipa::Modify for SecurityAddon {
         routes::resolve_task,
         routes::erase_user,
         routes::export_user,
+        audit::list_audit,
         routes::healthz,
         routes::readyz,
         routes::metrics,

@@ -454,7 +454,12 @@ pub struct ResolutionBody {
     pub final_state: String,
     /// The operator's note.
     pub note: String,
-    /// In words: "marked sent by an operator: {note}".
+    /// Who decided: an operator's name, `token NAME` or `cli USER` (absent for decisions recorded before
+    /// operators had names).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// In words: "marked sent by an operator: {note}" (the words every view shares, a user's inbox
+    /// included, which names no operator; `by` says who).
     pub text: String,
 }
 
@@ -476,6 +481,7 @@ impl From<&TaskView> for TaskBody {
             resolution: t.manual_resolution().map(|(decision, note)| ResolutionBody {
                 final_state: decision.as_str().to_owned(),
                 note: note.to_owned(),
+                by: t.resolution_by().map(str::to_owned),
                 text: format!("{}: {note}", herald_core::usecases::decision_words(decision)),
             }),
             attempts: t.attempts.iter().map(AttemptBody::from).collect(),

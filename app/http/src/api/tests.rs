@@ -81,6 +81,7 @@ impl Mocks {
             prefs: Arc::new(self.prefs),
             sessions: Arc::new(herald_ports::sessions::MockSessionStore::new()),
             status: Arc::new(herald_ports::status::MockStatusEventStore::new()),
+            audit: Arc::new(herald_ports::audit::MockAuditStore::new()),
             registry: Arc::new(webhook_registry()),
             cipher: Arc::new(self.cipher),
             clock: Arc::clone(&clock),
@@ -529,14 +530,14 @@ async fn resolve_validates_and_maps_not_parked_to_409() {
         .review
         .expect_resolve_manually()
         .times(1)
-        .returning(|_, _, _, _| Err(ResolveError::NotParked { state: TaskState::Sent }));
+        .returning(|_, _, _, _, _| Err(ResolveError::NotParked { state: TaskState::Sent }));
     let body = json!({"final_state": "SENT", "note": "checked the provider console"}).to_string();
     let answer = send(mocks.state(), "POST", "/v1/tasks/9/resolve", Some(ADMIN), Some(&body)).await;
     let doc = answer.problem(StatusCode::CONFLICT);
     assert!(doc["detail"].as_str().unwrap().contains("nothing changed"));
 
     let mut mocks = Mocks::default().with_clock();
-    mocks.review.expect_resolve_manually().returning(|_, _, _, _| Err(ResolveError::NotFound));
+    mocks.review.expect_resolve_manually().returning(|_, _, _, _, _| Err(ResolveError::NotFound));
     send(mocks.state(), "POST", "/v1/tasks/9/resolve", Some(ADMIN), Some(&body)).await.problem(StatusCode::NOT_FOUND);
 
     send(Mocks::untouched().state(), "POST", "/v1/tasks/nine/resolve", Some(ADMIN), Some(&body))

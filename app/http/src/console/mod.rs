@@ -16,6 +16,7 @@
 //! Sessions and CSRF are explained in [`session`], languages in [`i18n`]. Pages are HTML from
 //! [`pages`]; `static/console.js` is a small progressive enhancement (the pages work without it).
 
+pub mod audit;
 pub mod i18n;
 pub mod lookup;
 pub mod pages;
@@ -64,6 +65,7 @@ pub fn router() -> Router<ApiState> {
         .route("/console/status-events", get(status_events))
         .route("/console/tasks/{task_id}/resolve", post(resolve))
         .route("/console/log", get(log))
+        .route("/console/audit", get(audit::audit))
         .route("/console/notifications/{id}", get(notification))
         .route("/console/users/{user_id}/inbox", get(user_inbox))
         .route("/console/users/{user_id}/erasure", post(erase_user))
@@ -300,12 +302,13 @@ impl Ctx {
         state: &ApiState,
         role: SessionRole,
         credential: herald_ports::Credential,
+        operator: Option<&Actor>,
     ) -> Response {
         let to = match role {
             SessionRole::Operator => "/console/overview",
             SessionRole::User(_) => "/console/me/inbox",
         };
-        match sessions::open(&state.services(), state.console.sessions.policy, role, credential).await {
+        match sessions::open(&state.services(), state.console.sessions.policy, role, credential, operator).await {
             Ok(opened) => self.signed_in_to(&opened, to),
             Err(_) => self.store_down(),
         }
@@ -393,9 +396,11 @@ async fn login(ctx: Ctx, State(state): State<ApiState>, headers: HeaderMap, Form
         return refused;
     }
     match state.auth.console_credential(form.token.trim()) {
-        Some((Caller::Operator(_), credential)) => ctx.open_session(&state, SessionRole::Operator, credential).await,
+        Some((Caller::Operator(actor), credential)) => {
+            ctx.open_session(&state, SessionRole::Operator, credential, Some(&actor)).await
+        }
         Some((Caller::User(user), credential)) => {
-            ctx.open_session(&state, SessionRole::User(UserId::new(user)), credential).await
+            ctx.open_session(&state, SessionRole::User(UserId::new(user)), credential, None).await
         }
         Some((Caller::Service, _)) | None => {
             tracing::info!("console sign-in refused");
@@ -475,7 +480,10 @@ async fn logout(ctx: Ctx, State(state): State<ApiState>, Form(form): Form<CsrfFo
         return refused;
     }
     let Some(session) = &ctx.session else { return ctx.to_signin() };
-    if sessions::end(&state.services(), &session.stored.id_digest, SessionEnd::SignedOut).await.is_err() {
+    if sessions::end(&state.services(), &session.stored.id_digest, SessionEnd::SignedOut, session.actor())
+        .await
+        .is_err()
+    {
         return ctx.store_down();
     }
     let mut response = see_other("/console/login?bye=1");
@@ -518,7 +526,7 @@ async fn end_session(ctx: Ctx, State(state): State<ApiState>, Form(form): Form<E
     let Some(target) = pages::digest_from_hex(&form.session) else {
         return ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found);
     };
-    match sessions::end_own(&state.services(), &session.stored, &target).await {
+    match sessions::end_own(&state.services(), &session.stored, session.actor(), &target).await {
         Ok(true) if target == session.stored.id_digest => {
             let mut response = see_other("/console/login?bye=1");
             ctx.set_cookie(&mut response, &ctx.cookies.clear());

@@ -69,6 +69,9 @@ pub fn layout(frame: Frame<'_>, content: Markup) -> Markup {
                                         li { a href="/console/overview" { (w.nav_overview) } }
                                         li { a href="/console/review" { (w.nav_review) } }
                                         li { a href="/console/log" { (w.nav_log) } }
+                                        @if session.actor().is_some_and(|a| a.role.may(OpCapability::ViewAudit)) {
+                                            li { a href="/console/audit" { (frame.lang.roles().audit_title) } }
+                                        }
                                     }
                                     Role::User(_) => {
                                         li { a href="/console/me/inbox" { (w.nav_inbox) } }
@@ -194,7 +197,7 @@ pub fn sessions(w: &Words, session: &Session, list: &[herald_ports::StoredSessio
 
 /// A moment as the console shows it, the same in every language: `2026-12-03 20:26:53 UTC`, to the second.
 /// The `<time>` element carries the exact instant (RFC 3339, milliseconds) for machines and as its tooltip.
-fn moment(at: herald_domain::Timestamp) -> Markup {
+pub(crate) fn moment(at: herald_domain::Timestamp) -> Markup {
     let exact = rfc3339(at);
     html! { time datetime=(exact) title=(exact) { (shown(at)) } }
 }
@@ -390,7 +393,15 @@ pub fn timeline(w: &Words, attempts: &[AttemptView]) -> Markup {
                     td { (moment(a.started_at)) }
                     td { @if let Some(at) = a.finished_at { (moment(at)) } }
                     td {
-                        @if let Some(note) = &a.note { span.note { (note) } }
+                        @if let Some(note) = &a.note {
+                            // Who decided, on the decision's own row: "marked sent by Li Wei: …".
+                            @if let (Some(by), Some(decision)) =
+                                (&a.decided_by, a.outcome.and_then(herald_domain::resolve::manual_decision))
+                            {
+                                span.by { (w.roles().decided_by(decision, by)) } (w.colon)
+                            }
+                            span.note { (note) }
+                        }
                         @else if let Some(detail) = &a.detail { (w.detail(detail)) }
                     }
                 }

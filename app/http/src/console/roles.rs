@@ -1,9 +1,23 @@
 //! The console's words for operators, roles, capabilities and the audit trail, in both languages — kept
 //! apart from [`super::i18n`]'s page texts.
 
-use herald_domain::operators::{Capability, Role};
+use herald_domain::operators::{AuditAction, Capability, Role};
 
-use super::i18n::Lang;
+use herald_domain::resolve::FinalState;
+
+use super::i18n::{fill, Lang, Words};
+
+impl Words {
+    /// The words about operators in this page's language.
+    #[must_use]
+    pub fn roles(&self) -> &'static RoleWords {
+        if std::ptr::eq(self, &super::i18n::ZH) {
+            &ZH
+        } else {
+            &EN
+        }
+    }
+}
 
 /// Every text about operators, in one language.
 pub struct RoleWords {
@@ -15,9 +29,46 @@ pub struct RoleWords {
     pub capabilities: [&'static str; 10],
     /// The review queue of an operator who may not decide.
     pub read_only: &'static str,
+    /// A decision with who made it: "marked sent by {name}", "marked not sent by {name}", "sent again at
+    /// the request of {name}".
+    pub decided: [&'static str; 3],
+    pub audit_title: &'static str,
+    pub audit_intro: &'static str,
+    pub audit_actor: &'static str,
+    pub audit_action: &'static str,
+    pub audit_any: &'static str,
+    pub audit_since: &'static str,
+    pub audit_until: &'static str,
+    pub audit_filter: &'static str,
+    pub audit_none: &'static str,
+    pub audit_when: &'static str,
+    pub audit_role: &'static str,
+    pub audit_target: &'static str,
+    pub audit_detail: &'static str,
+    pub audit_older: &'static str,
+    pub audit_bad_day: &'static str,
+    /// The actions of [`AuditAction::ALL`], in its order.
+    pub actions: [&'static str; 8],
 }
 
 impl RoleWords {
+    #[must_use]
+    pub fn action(&self, action: AuditAction) -> &'static str {
+        let i = AuditAction::ALL.iter().position(|a| *a == action).unwrap_or(0);
+        self.actions[i]
+    }
+
+    /// A human decision with who made it.
+    #[must_use]
+    pub fn decided_by(&self, decision: FinalState, name: &str) -> String {
+        let template = match decision {
+            FinalState::Sent => self.decided[0],
+            FinalState::Failed => self.decided[1],
+            FinalState::Resend => self.decided[2],
+        };
+        fill(template, &[("name", name)])
+    }
+
     #[must_use]
     pub fn role(&self, role: Role) -> &'static str {
         match role {
@@ -64,6 +115,32 @@ pub static EN: RoleWords = RoleWords {
         "view audit trail",
     ],
     read_only: "Your role reads this queue; deciding needs the role resolver or admin.",
+    decided: ["marked sent by {name}", "marked not sent by {name}", "sent again at the request of {name}"],
+    audit_title: "Audit trail",
+    audit_intro: "Every human act, newest first. Nothing here can be changed or removed.",
+    audit_actor: "Who",
+    audit_action: "Action",
+    audit_any: "any",
+    audit_since: "From (UTC day)",
+    audit_until: "To (UTC day)",
+    audit_filter: "Filter",
+    audit_none: "No event matches.",
+    audit_when: "When",
+    audit_role: "Role",
+    audit_target: "On",
+    audit_detail: "Detail",
+    audit_older: "Older",
+    audit_bad_day: "A day must be written as YYYY-MM-DD.",
+    actions: [
+        "marked sent",
+        "marked not sent",
+        "sent again",
+        "test send for a user",
+        "keys rotated",
+        "user erased",
+        "signed in",
+        "signed out",
+    ],
 };
 
 pub static ZH: RoleWords = RoleWords {
@@ -84,6 +161,32 @@ pub static ZH: RoleWords = RoleWords {
         "查看审计记录",
     ],
     read_only: "你的角色只能查看此队列；处理任务需要“处理者”或“管理员”角色。",
+    decided: ["由 {name} 标记为已发送", "由 {name} 标记为未发送", "应 {name} 的要求重新发送"],
+    audit_title: "审计记录",
+    audit_intro: "所有人工操作，最新的在前。此处的记录不可更改或删除。",
+    audit_actor: "操作人",
+    audit_action: "操作",
+    audit_any: "全部",
+    audit_since: "起始日期（UTC）",
+    audit_until: "截止日期（UTC）",
+    audit_filter: "筛选",
+    audit_none: "没有符合条件的记录。",
+    audit_when: "时间",
+    audit_role: "角色",
+    audit_target: "对象",
+    audit_detail: "详情",
+    audit_older: "更早",
+    audit_bad_day: "日期格式须为 YYYY-MM-DD。",
+    actions: [
+        "标记为已发送",
+        "标记为未发送",
+        "重新发送",
+        "代用户测试发送",
+        "轮换密钥",
+        "删除用户数据",
+        "登录",
+        "退出登录",
+    ],
 };
 
 #[cfg(test)]
