@@ -978,3 +978,39 @@ async fn journey_a_test_sends_result_is_shown_beside_its_channel_and_a_reload_se
     u.close().await;
     println!("journey test result beside its channel, reload sends nothing: passed");
 }
+
+/// An operator's decision carries their name on the timeline, and the audit page lists it with the
+/// sign-in, filtered, in both languages (issue 43).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journey_the_audit_trail_names_who_decided() {
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
+    let _one = serial().await;
+    let (world, api) = world_and_api().await;
+    let (notification, task) = parked(&world, &api, "audit-u1", "ord-audit").await;
+    let b = Browser::start(&api.base, "en-US", secrets(&["audit-u1"])).await;
+    b.goto("/console/audit").await;
+    assert_eq!(b.path().await, "/console/login", "the audit page needs a session");
+    b.sign_in_operator().await;
+    b.goto("/console/review").await;
+    b.fill(&format!("#note-{task}"), "confirmed with the provider").await;
+    b.click(&format!("form[action='/console/tasks/{task}/resolve'] button[value=SENT]")).await;
+    let page = b.goto(&format!("/console/notifications/{notification}")).await;
+    assert!(
+        page.contains("marked sent by token admin</span>: <span class=\"note\">confirmed with the provider"),
+        "{page}"
+    );
+    let page = b.goto("/console/audit?lang=en").await;
+    assert!(page.contains("Audit trail") && page.contains("marked sent") && page.contains("signed in"), "{page}");
+    assert!(page.contains("confirmed with the provider"), "the note is the decision's detail");
+    b.screenshot("50-audit-trail.png").await;
+    let page = b.goto("/console/audit?action=sign_in&lang=zh").await;
+    assert!(
+        page.contains("审计记录") && page.contains("登录") && !page.contains("confirmed with the provider"),
+        "{page}"
+    );
+    b.screenshot("51-audit-trail-zh.png").await;
+    println!("journey audit trail: passed");
+    b.close().await;
+}

@@ -80,7 +80,11 @@ async fn every_human_act_writes_one_row_with_its_actor_and_a_refused_one_none() 
         .await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
     let page = console.get(&format!("/console/notifications/{notification_b}")).await;
-    assert!(page.body.contains("token day resolver"), "the timeline names who decided: {}", page.body);
+    assert!(
+        page.body.contains("sent again at the request of token day resolver</span>: <span class=\"note\">lost"),
+        "the timeline names who decided: {}",
+        page.body
+    );
     let page = console.post("/console/logout", "").await;
     assert_eq!(page.status, StatusCode::SEE_OTHER);
 

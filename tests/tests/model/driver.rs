@@ -833,10 +833,12 @@ impl Harness {
     }
 }
 
-/// Empties every table of the schema (the migrations stay applied), so a case starts from nothing.
+/// Empties every table of the schema (the migrations stay applied), so a case starts from nothing — but
+/// the audit trail, which refuses TRUNCATE (append-only) and which the model does not compare.
 async fn reset(store: &PgStore) -> anyhow::Result<()> {
     let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' AND tablename NOT LIKE '\\_sqlx%'",
+        "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' AND tablename NOT LIKE '\\_sqlx%' \
+           AND tablename <> 'audit_event'",
     )
     .fetch_all(store.pool())
     .await?;
