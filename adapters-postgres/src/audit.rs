@@ -1,4 +1,4 @@
-//! The audit trail (issue 43): `audit_event`, append-only (migration `0025`'s trigger refuses every
+//! The audit trail (issue 43): `audit_event`, append-only (migration `0032`'s trigger refuses every
 //! `UPDATE`, `DELETE` and `TRUNCATE`). Each act's store method writes its event with [`insert`] in the
 //! act's own transaction.
 
