@@ -21,14 +21,19 @@ use crate::state::ApiState;
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
-    /// Only this actor's events: an operator's name, or a token's or the command line's name.
+    /// Only this actor's events: an operator's name, or a token's or the command line's name (empty or
+    /// blank: any actor).
+    #[param(pattern = r"^[^\u0000-\u001F\u007F-\u009F]{0,128}$")]
     pub actor: Option<String>,
     /// Only this action: `mark_sent`, `mark_not_sent`, `send_again`, `test_send`, `rotate_keys`,
-    /// `erase_user`, `sign_in`, `sign_out`.
+    /// `erase_user`, `sign_in`, `sign_out` (empty: any action).
+    #[param(pattern = "^(|mark_sent|mark_not_sent|send_again|test_send|rotate_keys|erase_user|sign_in|sign_out)$")]
     pub action: Option<String>,
     /// Only events at or after this time (RFC 3339).
+    #[param(format = DateTime)]
     pub since: Option<String>,
     /// Only events before this time (RFC 3339).
+    #[param(format = DateTime)]
     pub until: Option<String>,
     /// Only events before this one: the `next_before` of the previous page.
     #[param(minimum = 1)]
@@ -83,7 +88,7 @@ impl AuditQuery {
     /// The problem naming each bad field.
     pub fn filter(&self) -> Result<AuditFilter, Problem> {
         let mut errors = Errors::default();
-        let action = match self.action.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
+        let action = match self.action.as_deref().filter(|a| !a.is_empty()) {
             Some(text) => match text.parse::<AuditAction>() {
                 Ok(action) => Some(action),
                 Err(_) => {
@@ -94,8 +99,8 @@ impl AuditQuery {
             },
             None => None,
         };
-        let actor = self.actor.as_deref().map(str::trim).filter(|a| !a.is_empty());
-        if actor.is_some_and(|a| !herald_domain::operators::valid_name(a)) {
+        let given = self.actor.as_deref().filter(|a| !a.trim().is_empty());
+        if given.is_some_and(|a| !herald_domain::operators::valid_name(a)) {
             errors.add("actor", "must be 1 to 128 characters, without control characters");
         }
         let since = time(&mut errors, "since", self.since.as_deref());
@@ -108,7 +113,14 @@ impl AuditQuery {
             errors.add("limit", format!("must be between 1 and {}", herald_core::usecases::MAX_AUDIT_PAGE));
         }
         errors.finish(|| {
-            Some(AuditFilter { actor: actor.map(str::to_owned), action, since, until, before: self.before, limit })
+            Some(AuditFilter {
+                actor: given.map(|a| a.trim().to_owned()),
+                action,
+                since,
+                until,
+                before: self.before,
+                limit,
+            })
         })
     }
 }
