@@ -6,7 +6,7 @@ use herald_domain::{SessionEnd, Timestamp, UserId};
 use herald_ports::sessions::{
     Credential, Digest, NewSession, NewSignInLink, SessionOwner, SessionRole, SessionStore, StoredSession,
 };
-use herald_ports::StoreError;
+use herald_ports::{ProviderGrant, StoreError};
 
 use crate::convert::{from_db, opt_from_db, opt_to_db, store_error, to_db};
 use crate::store::PgStore;
@@ -16,7 +16,8 @@ use crate::store::PgStore;
 const KEEP_ENDED: &str = "7 days";
 
 const SESSION_COLUMNS: &str = "id_digest, user_id, role, credential_kind, credential_digest, credential_key, \
-     credential_expires_at, csrf, created_at, last_seen_at, expires_at, ended_reason";
+     credential_expires_at, csrf, created_at, last_seen_at, expires_at, ended_reason, operator_subject, operator_name, \
+     operator_role, provider_grant";
 
 struct SessionRow {
     id_digest: Vec<u8>,
@@ -31,6 +32,10 @@ struct SessionRow {
     last_seen_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
     ended_reason: Option<String>,
+    operator_subject: Option<String>,
+    operator_name: Option<String>,
+    operator_role: Option<String>,
+    provider_grant: Option<String>,
 }
 crate::rows::from_row!(SessionRow {
     id_digest,
@@ -45,6 +50,10 @@ crate::rows::from_row!(SessionRow {
     last_seen_at,
     expires_at,
     ended_reason,
+    operator_subject,
+    operator_name,
+    operator_role,
+    provider_grant,
 });
 
 fn digest(bytes: &[u8]) -> Result<Digest, StoreError> {
@@ -69,6 +78,15 @@ impl TryFrom<SessionRow> for StoredSession {
                     Credential::UserToken { digest: credential_digest, key_id, expires_at }
                 }
                 ("sign_in_link", None, None) => Credential::SignInLink { digest: credential_digest },
+                ("oidc", None, None) => {
+                    let (Some(subject), Some(name), Some(role), Some(grant)) =
+                        (row.operator_subject, row.operator_name, row.operator_role, row.provider_grant)
+                    else {
+                        return Err(foreign("an OpenID Connect session without its operator"));
+                    };
+                    let role = role.parse().map_err(|_| foreign("unknown operator role"))?;
+                    Credential::Oidc { digest: credential_digest, subject, name, role, grant: ProviderGrant(grant) }
+                }
                 _ => return Err(foreign("unknown credential")),
             };
         Ok(StoredSession {
@@ -94,6 +112,7 @@ fn kind(credential: &Credential) -> (&'static str, Option<&str>) {
         Credential::AdminToken { .. } => ("admin_token", None),
         Credential::UserToken { key_id, .. } => ("user_token", Some(key_id.as_str())),
         Credential::SignInLink { .. } => ("sign_in_link", None),
+        Credential::Oidc { .. } => ("oidc", None),
     }
 }
 
@@ -120,6 +139,12 @@ impl SessionStore for PgStore {
             SessionRole::User(user) => Some(user.as_str()),
         };
         let role = if user.is_some() { "user" } else { "operator" };
+        let oidc = match &session.credential {
+            Credential::Oidc { subject, name, role, grant, .. } => {
+                Some((subject.as_str(), name.as_str(), *role, grant.0.as_str()))
+            }
+            _ => None,
+        };
         // The clean-up rides on sign-ins, which are rare: at most a hundred old rows of each table per sign-in.
         let statement = format!(
             "WITH cleaned AS (DELETE FROM console_session WHERE id_digest IN (SELECT id_digest FROM console_session \
@@ -127,8 +152,9 @@ impl SessionStore for PgStore {
              links AS (DELETE FROM console_sign_in_link WHERE code_digest IN (SELECT code_digest FROM \
                  console_sign_in_link WHERE expires_at < $9 - interval '{KEEP_ENDED}' LIMIT 100)) \
              INSERT INTO console_session (id_digest, user_id, role, credential_kind, credential_digest, \
-                 credential_key, credential_expires_at, csrf, created_at, last_seen_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10)"
+                 credential_key, credential_expires_at, csrf, created_at, last_seen_at, expires_at, \
+                 operator_subject, operator_name, operator_role, provider_grant) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, $14)"
         );
         let mut tx = self.pool.begin().await.map_err(store_error)?;
         sqlx::query(&statement)
@@ -142,6 +168,10 @@ impl SessionStore for PgStore {
             .bind(&session.csrf)
             .bind(to_db(session.created_at))
             .bind(to_db(session.expires_at))
+            .bind(oidc.map(|o| o.0))
+            .bind(oidc.map(|o| o.1))
+            .bind(oidc.map(|o| o.2.as_str()))
+            .bind(oidc.map(|o| o.3))
             .execute(&mut *tx)
             .await
             .map_err(store_error)?;

@@ -460,14 +460,16 @@ fn sessions_table(list: &[herald_ports::StoredSession]) -> String {
     let at = |t| herald_http::api::model::rfc3339(t);
     let mut out = String::from("WHO\tSIGNED IN WITH\tSIGNED IN\tLAST ACTIVE\tENDS\n");
     for s in list {
-        let who = match &s.role {
-            SessionRole::Operator => "operator".to_owned(),
-            SessionRole::User(user) => format!("user {user}"),
+        let who = match (&s.role, &s.credential) {
+            (SessionRole::Operator, Credential::Oidc { name, .. }) => format!("operator {name}"),
+            (SessionRole::Operator, _) => "operator".to_owned(),
+            (SessionRole::User(user), _) => format!("user {user}"),
         };
         let how = match s.credential {
             Credential::AdminToken { .. } => "admin token",
             Credential::UserToken { .. } => "user token",
             Credential::SignInLink { .. } => "sign-in link",
+            Credential::Oidc { .. } => "identity provider",
         };
         out.push_str(&format!("{who}\t{how}\t{}\t{}\t{}\n", at(s.created_at), at(s.last_seen_at), at(s.expires_at)));
     }

@@ -51,9 +51,23 @@ pub async fn services_from_config(
         store = store.with_finish_pool(url.expose_secret(), size).await.context("database.url")?;
     }
     let clock: Arc<dyn Clock> = Arc::new(store.clock());
-    let services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock)
+    let mut services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock)
         .with_test_send_quota(config.test_send);
+    if let Some(oidc) = &config.oidc {
+        services = services.with_oidc(oidc_sign_in(oidc)?);
+    }
     Ok((store, services))
+}
+
+/// Console sign-in with the OpenID Connect provider of `[operators.oidc]`.
+///
+/// # Errors
+/// The provider's HTTP client could not be built.
+pub fn oidc_sign_in(config: &crate::config::OidcConfig) -> anyhow::Result<herald_core::oidc::OidcSignIn> {
+    Ok(herald_core::oidc::OidcSignIn {
+        provider: Arc::new(crate::oidc::OidcProvider::new(config.clone())?),
+        mapping: herald_core::oidc::RoleMapping { claim: config.role_claim.clone(), roles: config.roles.clone() },
+    })
 }
 
 /// The same services over another PostgreSQL store (a pool of its own): `herald serve` gives its API
@@ -63,6 +77,7 @@ pub fn on_store(services: &Services, store: PgStore) -> Services {
     let clock: Arc<dyn Clock> = Arc::new(store.clock());
     Services {
         clock,
+        oidc: services.oidc.clone(),
         ..Services::over(
             Arc::new(store),
             Arc::clone(&services.registry),

@@ -232,6 +232,43 @@ pub struct Config {
     pub retention: herald_core::retention::RetentionPolicy,
     /// `[[status_subscription]]` and `[status_events]`: where status events go, and how they are retried.
     pub status: StatusConfig,
+    /// `[operators.oidc]`: console sign-in with an OpenID Connect provider, when configured.
+    pub oidc: Option<OidcConfig>,
+}
+
+/// `[operators.oidc]` (issue 43): sign-in to the console at an OpenID Connect provider.
+#[derive(Clone)]
+pub struct OidcConfig {
+    /// The issuer (`https://…`; its `/.well-known/openid-configuration` is read).
+    pub issuer: String,
+    pub client_id: String,
+    /// From `client_secret_file`.
+    pub client_secret: SecretString,
+    /// Where the provider sends the browser back: this installation's `/console/oidc/callback`.
+    pub redirect_url: String,
+    /// The scopes asked beside `openid` (default `profile`).
+    pub scopes: Vec<String>,
+    /// The userinfo claim that carries the role values (default `roles`).
+    pub role_claim: String,
+    /// Claim value → role (`[operators.oidc.roles]`).
+    pub roles: Vec<(String, herald_domain::operators::Role)>,
+    /// What the sign-in button calls the provider (default "your identity provider").
+    pub display_name: Option<String>,
+    /// An `http://` issuer is accepted (local tests and development only; `herald serve` refuses it without
+    /// `--stand-ins`).
+    pub allow_http_issuer: bool,
+}
+
+impl std::fmt::Debug for OidcConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OidcConfig")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("redirect_url", &self.redirect_url)
+            .field("role_claim", &self.role_claim)
+            .field("roles", &self.roles)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One `[[status_subscription]]` (issue 46): an endpoint that is told what happens to each delivery.
@@ -636,6 +673,100 @@ fn status_subscriptions(
 #[serde(deny_unknown_fields)]
 struct RawOperators {
     tokens: Option<Vec<RawOperatorToken>>,
+    oidc: Option<RawOidc>,
+}
+
+/// `[operators.oidc]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOidc {
+    issuer: Option<String>,
+    client_id: Option<String>,
+    client_secret_file: Option<PathBuf>,
+    redirect_url: Option<String>,
+    scopes: Option<Vec<String>>,
+    role_claim: Option<String>,
+    roles: Option<std::collections::BTreeMap<String, String>>,
+    display_name: Option<String>,
+    allow_http_issuer: Option<bool>,
+}
+
+/// The path the provider sends the browser back to.
+pub const OIDC_CALLBACK_PATH: &str = "/console/oidc/callback";
+
+/// `[operators.oidc]`, checked: an https issuer (http only with `allow_http_issuer`), a client id, a secret
+/// in a file, a redirect URL ending in [`OIDC_CALLBACK_PATH`], and at least one claim value mapped to a role.
+fn oidc(raw: RawOidc, base: &Path) -> Result<OidcConfig> {
+    let key = |k: &str| format!("operators.oidc.{k}");
+    let allow_http_issuer = raw.allow_http_issuer.unwrap_or(false);
+    let issuer = raw.issuer.ok_or_else(|| ConfigError::new(key("issuer"), "is required"))?;
+    let parsed =
+        reqwest::Url::parse(&issuer).map_err(|e| ConfigError::new(key("issuer"), format!("is not a URL: {e}")))?;
+    match parsed.scheme() {
+        "https" => {}
+        "http" if allow_http_issuer => {}
+        "http" => {
+            return Err(ConfigError::new(
+                key("issuer"),
+                "must be https (an http issuer is for local tests only: operators.oidc.allow_http_issuer)",
+            ))
+        }
+        _ => return Err(ConfigError::new(key("issuer"), "must be an https URL")),
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() || !parsed.username().is_empty() {
+        return Err(ConfigError::new(key("issuer"), "must have no query, fragment or credentials"));
+    }
+    let client_id = raw.client_id.filter(|c| !c.trim().is_empty());
+    let client_id = client_id.ok_or_else(|| ConfigError::new(key("client_id"), "is required"))?;
+    let secret_file =
+        raw.client_secret_file.ok_or_else(|| ConfigError::new(key("client_secret_file"), "is required"))?;
+    let client_secret = read_secret_file(&key("client_secret_file"), &secret_file, base)?;
+    if client_secret.is_empty() {
+        return Err(ConfigError::new(key("client_secret_file"), "is empty"));
+    }
+    let redirect_url = raw.redirect_url.ok_or_else(|| {
+        ConfigError::new(
+            key("redirect_url"),
+            format!("is required: this installation's address + {OIDC_CALLBACK_PATH}"),
+        )
+    })?;
+    let redirect = reqwest::Url::parse(&redirect_url)
+        .map_err(|e| ConfigError::new(key("redirect_url"), format!("is not a URL: {e}")))?;
+    if !matches!(redirect.scheme(), "https" | "http") || redirect.path() != OIDC_CALLBACK_PATH {
+        return Err(ConfigError::new(
+            key("redirect_url"),
+            format!("must be this installation's http(s) address + {OIDC_CALLBACK_PATH}"),
+        ));
+    }
+    let role_claim = raw.role_claim.unwrap_or_else(|| "roles".to_owned());
+    if role_claim.trim().is_empty() {
+        return Err(ConfigError::new(key("role_claim"), "must not be empty"));
+    }
+    let mut roles = Vec::new();
+    for (value, role) in raw.roles.unwrap_or_default() {
+        let role = role.parse::<herald_domain::operators::Role>().map_err(|_| {
+            ConfigError::new(format!("operators.oidc.roles.{value}"), "must be viewer, resolver or admin")
+        })?;
+        roles.push((value, role));
+    }
+    if roles.is_empty() {
+        return Err(ConfigError::new(
+            key("roles"),
+            "maps no claim value to a role; nobody could sign in (e.g. [operators.oidc.roles] herald-admins = \"admin\")",
+        ));
+    }
+    let scopes = raw.scopes.unwrap_or_else(|| vec!["profile".to_owned()]);
+    Ok(OidcConfig {
+        issuer,
+        client_id,
+        client_secret: SecretString::from(client_secret),
+        redirect_url,
+        scopes,
+        role_claim,
+        roles,
+        display_name: raw.display_name.filter(|n| !n.trim().is_empty()),
+        allow_http_issuer,
+    })
 }
 
 /// One `[[operators.tokens]]`: a named admin token with a role, for automation and break-glass.
@@ -1036,6 +1167,7 @@ impl RawConfig {
 
         let mut auth = self.auth.map(|auth| auth.resolve(base)).transpose()?;
         let named = operator_tokens(self.operators.tokens.unwrap_or_default(), base)?;
+        let oidc = self.operators.oidc.map(|raw| oidc(raw, base)).transpose()?;
         match &mut auth {
             Some(auth) => {
                 let mut others = auth.service_tokens.iter().chain(&auth.admin_tokens).chain(&auth.metrics_tokens);
@@ -1166,6 +1298,7 @@ impl RawConfig {
             egress,
             retention,
             status,
+            oidc,
         })
     }
 }

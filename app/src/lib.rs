@@ -21,5 +21,6 @@ pub mod config;
 pub mod init;
 pub mod logging;
 pub mod metrics;
+pub mod oidc;
 pub mod service;
 pub mod wakeups;

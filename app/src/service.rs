@@ -226,6 +226,7 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
         .with_console(api::ConsoleSettings {
             sessions: config.console,
             https: config.server.https,
+            identity_provider: config.oidc.as_ref().map(|o| o.display_name.clone().unwrap_or_default()),
             channel_names: api::ChannelNames::new(
                 config.channels.iter().filter_map(|c| Some((c.name.clone(), c.display_name.clone()?))),
             ),

@@ -53,10 +53,13 @@ pub enum SessionEnd {
     CredentialExpired,
     /// The token that opened it is no longer accepted (removed from the configuration, its key retired).
     CredentialRevoked,
+    /// The identity provider no longer lets its operator in (removed there, or left without a role that
+    /// maps to one of Herald's), or OpenID Connect sign-in is no longer configured.
+    ProviderWithdrew,
 }
 
 impl SessionEnd {
-    pub const ALL: [SessionEnd; 7] = [
+    pub const ALL: [SessionEnd; 8] = [
         SessionEnd::SignedOut,
         SessionEnd::EndedByHolder,
         SessionEnd::EndedByOperator,
@@ -64,6 +67,7 @@ impl SessionEnd {
         SessionEnd::Expired,
         SessionEnd::CredentialExpired,
         SessionEnd::CredentialRevoked,
+        SessionEnd::ProviderWithdrew,
     ];
 
     /// The stored code.
@@ -77,6 +81,7 @@ impl SessionEnd {
             SessionEnd::Expired => "expired",
             SessionEnd::CredentialExpired => "credential_expired",
             SessionEnd::CredentialRevoked => "credential_revoked",
+            SessionEnd::ProviderWithdrew => "provider_withdrew",
         }
     }
 }

@@ -5,8 +5,10 @@
 //! stands is decided by `herald_domain::judge_session`; this port only stores it.
 
 use async_trait::async_trait;
+use herald_domain::operators::Role;
 use herald_domain::{SessionEnd, Timestamp, UserId};
 
+use crate::identity::ProviderGrant;
 use crate::store::StoreError;
 
 /// A SHA-256 digest: of a session id, a sign-in code or a token.
@@ -29,6 +31,11 @@ pub enum Credential {
     UserToken { digest: Digest, key_id: String, expires_at: Timestamp },
     /// A one-time sign-in link (burnt when it opened the session).
     SignInLink { digest: Digest },
+    /// A sign-in with the identity provider (OpenID Connect): the person's `subject` there (`digest` is
+    /// the SHA-256 of `oidc\0{subject}`, so that one person's sessions are found together), the `name` and
+    /// `role` they have — as stored at sign-in, and as the provider says now once the session has been
+    /// judged (`herald_core::sessions::find` asks it at every request) — and the grant to ask it with.
+    Oidc { digest: Digest, subject: String, name: String, role: Role, grant: ProviderGrant },
 }
 
 impl Credential {
@@ -38,7 +45,8 @@ impl Credential {
         match self {
             Credential::AdminToken { digest }
             | Credential::UserToken { digest, .. }
-            | Credential::SignInLink { digest } => digest,
+            | Credential::SignInLink { digest }
+            | Credential::Oidc { digest, .. } => digest,
         }
     }
 
@@ -47,7 +55,7 @@ impl Credential {
     pub fn expires_at(&self) -> Option<Timestamp> {
         match self {
             Credential::UserToken { expires_at, .. } => Some(*expires_at),
-            Credential::AdminToken { .. } | Credential::SignInLink { .. } => None,
+            Credential::AdminToken { .. } | Credential::SignInLink { .. } | Credential::Oidc { .. } => None,
         }
     }
 }

@@ -214,6 +214,8 @@ impl Authenticator {
     pub fn operator_of(&self, credential: &Credential) -> Option<Actor> {
         match credential {
             Credential::AdminToken { digest } => matching_token(digest, &self.admin).map(KnownToken::actor),
+            // As the identity provider said at this request (`crate::sessions::find`).
+            Credential::Oidc { name, role, .. } => Some(Actor::new(ActorKind::Operator, name.clone(), *role)),
             Credential::UserToken { .. } | Credential::SignInLink { .. } => None,
         }
     }
@@ -357,6 +359,8 @@ impl crate::sessions::Credentials for Authenticator {
             Credential::AdminToken { digest } => matching_token(digest, &self.admin).is_some(),
             Credential::UserToken { key_id, .. } => self.user_keys.iter().any(|key| &key.id == key_id),
             Credential::SignInLink { .. } => true,
+            // Judged by the identity provider at every request (`crate::sessions::find`).
+            Credential::Oidc { .. } => true,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! | [`services`] | [`Services`]: the ports one process drives |
 //! | [`usecases`] | what a person or a calling service starts |
 //! | [`sessions`] | the console's sign-in: sessions bound to their credential, one-time links |
+//! | [`oidc`] | sign-in with the identity provider (OpenID Connect), the operator's standing at every request |
 //! | [`auth`] | bearer tokens: service, admin and signed user tokens |
 //! | [`worker`], [`finisher`] | claim → call → finish, and the batched finishes |
 //! | [`status`] | the status events' dispatcher: outbox → signed posts, retried, parked |
@@ -26,6 +27,7 @@ pub mod auth;
 pub mod finisher;
 pub mod metrics;
 pub mod names;
+pub mod oidc;
 pub mod report;
 pub mod retention;
 pub mod services;

@@ -41,6 +41,8 @@ pub struct Services {
     pub channels: Arc<ChannelTable>,
     /// Test sends allowed per (user, channel).
     pub test_send_quota: TestSendQuota,
+    /// Console sign-in with the identity provider (`[operators.oidc]`), when configured.
+    pub oidc: Option<Arc<crate::oidc::OidcSignIn>>,
 }
 
 impl Services {
@@ -84,6 +86,7 @@ impl Services {
             clock,
             channels: Arc::new(channels),
             test_send_quota: TestSendQuota::default(),
+            oidc: None,
         }
     }
 
@@ -91,6 +94,13 @@ impl Services {
     #[must_use]
     pub fn with_test_send_quota(mut self, quota: TestSendQuota) -> Services {
         self.test_send_quota = quota;
+        self
+    }
+
+    /// With console sign-in through this identity provider.
+    #[must_use]
+    pub fn with_oidc(mut self, oidc: crate::oidc::OidcSignIn) -> Services {
+        self.oidc = Some(Arc::new(oidc));
         self
     }
 

@@ -164,8 +164,30 @@ pub async fn find(
         return Ok(Found::Ended(end));
     }
     let now = services.clock.now().await?;
+    let mut session = session;
     match judge_session(session.times(), credentials.accepts(&session.credential), policy, now) {
         SessionVerdict::Live { touch } => {
+            // An operator signed in at the identity provider stands as long as the provider says so, with
+            // the role it gives now: asked at every request, nothing cached (issue 43, item 4).
+            if let Credential::Oidc { subject, grant, name, role, .. } = &mut session.credential {
+                match crate::oidc::standing(services, subject, grant).await {
+                    Ok(crate::oidc::Now::Stands { name: now_name, role: now_role }) => {
+                        *name = now_name;
+                        *role = now_role;
+                    }
+                    Ok(crate::oidc::Now::Withdrawn) => {
+                        let end = SessionEnd::ProviderWithdrew;
+                        services.sessions.end_session(&id, end, now, &[]).await?;
+                        tracing::info!(role = "operator", reason = end.as_str(), "console session ended");
+                        return Ok(Found::Ended(end));
+                    }
+                    Err(error) => {
+                        // The provider cannot say: refuse this request, keep the session.
+                        tracing::warn!(%error, "the identity provider could not confirm a console session");
+                        return Err(StoreError::Unavailable(anyhow::anyhow!("the identity provider is unavailable")));
+                    }
+                }
+            }
             if touch {
                 services.sessions.touch_session(&id, now).await?;
             }
@@ -206,7 +228,8 @@ pub async fn end(
 }
 
 /// Who owns a session, for listing and ending "my sessions": a user's sessions are all of that user's;
-/// an operator's are those opened with the same admin token.
+/// an operator's are those opened with the same admin token, or by the same person at the identity
+/// provider.
 #[must_use]
 pub fn owner_of(session: &StoredSession) -> SessionOwner {
     match &session.role {

@@ -128,6 +128,9 @@ pub struct ConsoleSettings {
     pub https: bool,
     /// The channels' display names (`display_name` in `[[channel]]`).
     pub channel_names: ChannelNames,
+    /// Sign-in with an identity provider is configured (`[operators.oidc]`): what its button calls it
+    /// (empty: the page's own words).
+    pub identity_provider: Option<String>,
 }
 
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;

@@ -90,6 +90,14 @@ pub fn check_with(config: &Config, with_api: bool, stand_ins: bool) -> Result<()
     for channel in &config.channels {
         channel.check_production(placeholder, stand_ins).map_err(|error| ConfigError::new(error.key, error.reason))?;
     }
+    if config.oidc.as_ref().is_some_and(|oidc| oidc.allow_http_issuer) && !stand_ins {
+        return Err(ConfigError::new(
+            "operators.oidc.allow_http_issuer",
+            "accepts an identity provider over plain http, where its answers (who signed in, with which role) can be \
+             read and changed on the way; it is for a local provider only (tests: start with --stand-ins). Remove it \
+             and give an https issuer",
+        ));
+    }
     for subscription in &config.status.subscriptions {
         if subscription.allow_loopback_endpoint && !stand_ins {
             return Err(ConfigError::new(

@@ -87,6 +87,7 @@ impl Mocks {
             clock: Arc::clone(&clock),
             channels: Arc::new(ChannelTable(vec![(ChannelName::new("push"), rules())])),
             test_send_quota: herald_domain::TestSendQuota::default(),
+            oidc: None,
         };
         ApiState {
             services,

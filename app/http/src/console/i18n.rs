@@ -307,6 +307,16 @@ pub struct Words {
 }
 
 impl Words {
+    /// The identity-provider words in this page's language.
+    #[must_use]
+    pub fn oidc_words(&self) -> &'static super::oidc::OidcWords {
+        if std::ptr::eq(self, &ZH) {
+            Lang::Zh.oidc()
+        } else {
+            Lang::En.oidc()
+        }
+    }
+
     /// Why a session ended, in words.
     #[must_use]
     pub fn session_end(&self, end: herald_domain::SessionEnd) -> &'static str {
@@ -319,6 +329,7 @@ impl Words {
             SessionEnd::Expired => self.ended_expired,
             SessionEnd::CredentialExpired => self.ended_credential_expired,
             SessionEnd::CredentialRevoked => self.ended_credential_revoked,
+            SessionEnd::ProviderWithdrew => self.oidc_words().ended_withdrawn,
         }
     }
 }
@@ -333,7 +344,7 @@ pub static EN: Words = Words {
     nav_inbox: "Inbox",
     nav_channels: "Channels",
     sign_out: "Sign out",
-    signed_in_as_operator: "Signed in as operator",
+    signed_in_as_operator: "role: {role}",
     signed_in_as_user: "Signed in as",
 
     signin_title: "Sign in",
@@ -542,7 +553,7 @@ pub static ZH: Words = Words {
     nav_inbox: "消息",
     nav_channels: "渠道",
     sign_out: "退出",
-    signed_in_as_operator: "已以运营人员身份登录",
+    signed_in_as_operator: "角色：{role}",
     signed_in_as_user: "已登录：",
 
     signin_title: "登录",

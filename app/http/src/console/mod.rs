@@ -19,6 +19,7 @@
 pub mod audit;
 pub mod i18n;
 pub mod lookup;
+pub mod oidc;
 pub mod pages;
 pub mod roles;
 pub mod session;
@@ -57,6 +58,8 @@ pub fn router() -> Router<ApiState> {
         .route("/console/", get(home))
         .route("/console/login", get(login_page).post(login))
         .route("/console/login/user", get(user_link_page).post(user_link))
+        .route("/console/oidc/start", get(oidc::start))
+        .route("/console/oidc/callback", get(oidc::callback))
         .route("/console/logout", post(logout))
         .route("/console/me/sessions", get(my_sessions))
         .route("/console/me/sessions/end", post(end_session))
@@ -350,7 +353,7 @@ struct LoginQuery {
     ended: Option<String>,
 }
 
-async fn login_page(ctx: Ctx, Query(q): Query<LoginQuery>) -> Response {
+async fn login_page(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<LoginQuery>) -> Response {
     // Someone signed in has nothing to do here: on to their first page.
     if ctx.session.is_some() {
         return home(ctx).await;
@@ -368,7 +371,11 @@ async fn login_page(ctx: Ctx, Query(q): Query<LoginQuery>) -> Response {
         None
     };
     let status = if q.failed.is_some() { StatusCode::UNAUTHORIZED } else { StatusCode::OK };
-    ctx.page(status, w.signin_title, flash, pages::signin(w))
+    let provider = state.console.identity_provider.as_deref().map(|name| {
+        let o = ctx.lang.oidc();
+        fill(o.button, &[("provider", if name.is_empty() { o.default_provider } else { name })])
+    });
+    ctx.page(status, w.signin_title, flash, pages::signin(w, provider.as_deref(), ctx.lang.oidc().or_token))
 }
 
 /// A `Debug` that shows only the type's name: the forms below carry a password, a code or a destination.
@@ -424,14 +431,17 @@ async fn user_link_page(ctx: Ctx, Query(q): Query<LinkQuery>) -> Response {
             ctx.page(StatusCode::OK, w.link_title, None, pages::link_confirm(w, &code))
         }
         // The old form carried a bearer token in the URL (history, proxy logs): never accepted.
-        (None, Some(_)) => {
-            ctx.page(StatusCode::GONE, w.signin_title, Some(Flash::Error(w.link_old_form.to_owned())), pages::signin(w))
-        }
+        (None, Some(_)) => ctx.page(
+            StatusCode::GONE,
+            w.signin_title,
+            Some(Flash::Error(w.link_old_form.to_owned())),
+            pages::signin(w, None, ""),
+        ),
         _ => ctx.page(
             StatusCode::NOT_FOUND,
             w.signin_title,
             Some(Flash::Error(w.link_failed.to_owned())),
-            pages::signin(w),
+            pages::signin(w, None, ""),
         ),
     }
 }
@@ -462,7 +472,7 @@ async fn user_link(
             StatusCode::UNAUTHORIZED,
             w.signin_title,
             Some(Flash::Error(w.link_failed.to_owned())),
-            pages::signin(w),
+            pages::signin(w, None, ""),
         )),
         Err(_) => ctx.store_down(),
     }

@@ -83,7 +83,10 @@ pub fn layout(frame: Frame<'_>, content: Markup) -> Markup {
                         }
                         span.who {
                             @match &session.role {
-                                Role::Operator(actor) => { (w.signed_in_as_operator) " " (actor.label()) " (" (frame.lang.roles().role(actor.role)) ")" }
+                                Role::Operator(actor) => {
+                                    (w.signed_in_as_user) " " strong #operator-name { (actor.name) }
+                                    " · " (fill(w.signed_in_as_operator, &[("role", frame.lang.roles().role(actor.role))]))
+                                }
                                 Role::User(user) => { (w.signed_in_as_user) " " (user) }
                             }
                         }
@@ -113,8 +116,14 @@ fn csrf(session: &Session) -> Markup {
 }
 
 /// The sign-in form.
-pub fn signin(w: &Words) -> Markup {
+/// The sign-in page: the identity provider's button (`provider`: its words) when one is configured, and
+/// the token form.
+pub fn signin(w: &Words, provider: Option<&str>, or_token: &str) -> Markup {
     html! {
+        @if let Some(button) = provider {
+            p { a.button #oidc-sign-in href="/console/oidc/start" { (button) } }
+            p { (or_token) }
+        }
         p { (w.signin_intro) }
         form.card method="post" action="/console/login" {
             label for="token" { (w.signin_token) }
@@ -180,6 +189,7 @@ pub fn sessions(w: &Words, session: &Session, list: &[herald_ports::StoredSessio
                             Credential::AdminToken { .. } => { (w.session_by_admin_token) }
                             Credential::UserToken { .. } => { (w.session_by_user_token) }
                             Credential::SignInLink { .. } => { (w.session_by_link) }
+                            Credential::Oidc { .. } => { (w.oidc_words().session_by_provider) }
                         } }
                         td {
                             form.inline method="post" action="/console/me/sessions/end" {
