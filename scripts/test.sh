@@ -35,6 +35,11 @@ HERALD_AXE="$(scripts/ensure-axe.sh </dev/null | tail -n 1)"
 export HERALD_AXE
 say "axe-core: $HERALD_AXE"
 
+# The OpenID provider the console's sign-in tests run (oidc-provider from npm, pinned; npm ci).
+HERALD_OIDC_PEER="$(scripts/ensure-oidc-provider.sh </dev/null | tail -n 1)"
+export HERALD_OIDC_PEER
+say "OpenID provider: $HERALD_OIDC_PEER"
+
 # The e-mail and Web Push tests' real peers (aiosmtpd, http_ece, cryptography), in a virtual environment
 # of the project's own when python3 lacks them; the tests run the interpreter HERALD_PYTHON names.
 if python="$(scripts/ensure-python-peers.sh </dev/null | tail -n 1)" && [[ -n "$python" ]]; then

@@ -193,16 +193,72 @@ impl Api {
         limits: api::limits::Limits,
         (body_limit, quota): (usize, TestSendQuota),
     ) -> anyhow::Result<Api> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        Self::serve_on(world, listener, world.services(), auth, console, limits, (body_limit, quota))
+    }
+
+    /// Herald with console sign-in at a real OpenID provider ([`OidcPeer`]: oidc-provider from npm) that
+    /// knows `users`; claim values `herald-viewers`, `herald-resolvers`, `herald-admins` map to the three
+    /// roles, through the claim `roles`. Returns the provider too (the test changes its users).
+    ///
+    /// # Errors
+    /// When no port can be bound or the provider does not start.
+    pub async fn start_with_oidc(
+        world: &World,
+        users: &[(&str, crate::peers::oidc::User)],
+    ) -> anyhow::Result<(Api, crate::peers::oidc::OidcPeer)> {
+        use herald_domain::operators::Role;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let redirect_url = format!("http://{}{}", listener.local_addr()?, herald_app::config::OIDC_CALLBACK_PATH);
+        let peer = crate::peers::oidc::OidcPeer::start(&redirect_url, users).await?;
+        let config = herald_app::config::OidcConfig {
+            issuer: peer.issuer(),
+            client_id: crate::peers::oidc::CLIENT_ID.to_owned(),
+            client_secret: secrecy::SecretString::from(crate::peers::oidc::CLIENT_SECRET),
+            redirect_url,
+            scopes: vec!["profile".to_owned()],
+            role_claim: "roles".to_owned(),
+            roles: vec![
+                ("herald-viewers".to_owned(), Role::Viewer),
+                ("herald-resolvers".to_owned(), Role::Resolver),
+                ("herald-admins".to_owned(), Role::Admin),
+            ],
+            display_name: Some("Test IdP".to_owned()),
+            allow_http_issuer: true,
+        };
+        let services = world.services().with_oidc(herald_app::compose::oidc_sign_in(&config)?);
+        let console = api::ConsoleSettings { identity_provider: Some("Test IdP".to_owned()), ..Default::default() };
+        let api = Self::serve_on(
+            world,
+            listener,
+            services,
+            Self::default_auth(),
+            console,
+            api::limits::Limits::default(),
+            (api::DEFAULT_BODY_LIMIT, GENEROUS_QUOTA),
+        )?;
+        Ok((api, peer))
+    }
+
+    /// Serves Herald's router over `services` on `listener`.
+    fn serve_on(
+        world: &World,
+        listener: tokio::net::TcpListener,
+        services: herald_core::Services,
+        auth: Authenticator,
+        console: api::ConsoleSettings,
+        limits: api::limits::Limits,
+        (body_limit, quota): (usize, TestSendQuota),
+    ) -> anyhow::Result<Api> {
         let auth = Arc::new(auth);
         let state = api::ApiState::new(
-            world.services().with_test_send_quota(quota),
+            services.with_test_send_quota(quota),
             auth.clone(),
             Arc::new(PgReadiness(world.db.store.clone())),
             Some(metrics_handle()),
             body_limit,
         )
         .with_console(console);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();
         let router = api::router_with(state, limits);

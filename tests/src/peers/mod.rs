@@ -10,6 +10,7 @@
 //!   [`push::decrypt_with_http_ece`] hands a body to Python's `http_ece` (`ece_decrypt.py`) and
 //!   [`push::verify_vapid_with_python`] a VAPID header to Python's `cryptography` (`vapid_verify.py`).
 
+pub mod oidc;
 pub mod push;
 pub mod smtp;
 pub mod status;

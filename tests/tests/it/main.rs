@@ -22,6 +22,7 @@ mod idempotency;
 mod keys_cli;
 mod lifecycle;
 mod manual;
+mod oidc;
 mod one_path;
 mod preferences;
 mod processes;
