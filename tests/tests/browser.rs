@@ -1014,3 +1014,55 @@ async fn journey_the_audit_trail_names_who_decided() {
     println!("journey audit trail: passed");
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journey_an_operator_signs_in_at_the_identity_provider_with_the_role_it_gives() {
+    use herald_tests::peers::oidc::User;
+    if skip::chosen(SKIP_BROWSER, "the browser journeys") {
+        return;
+    }
+    let _one = serial().await;
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    let (api, _provider) = Api::start_with_oidc(&world, &[("li", User::new("Li Wei", &["staff", "herald-resolvers"]))])
+        .await
+        .expect("Herald with oidc-provider");
+    let (notification, task) = parked(&world, &api, "oidc-u1", "ord-oidc").await;
+    let b = Browser::start(&api.base, "en-US", secrets(&["oidc-u1"])).await;
+
+    let page = b.goto("/console/login").await;
+    assert!(page.contains("Sign in with Test IdP"), "{page}");
+    b.screenshot("60-sign-in-with-identity-provider.png").await;
+    // The provider's own login page (oidc-provider's): not Herald's, so not held to the console's checks.
+    b.client.find(Locator::Css("#oidc-sign-in")).await.expect("the button").click().await.expect("click");
+    let login = b.client.wait().for_element(Locator::Css("input[name=login]")).await.expect("the provider's form");
+    let at = b.client.current_url().await.expect("url");
+    assert_ne!(at.port(), reqwest::Url::parse(&api.base).expect("base").port(), "at the provider: {at}");
+    b.screenshot("61-identity-provider-login.png").await;
+    login.send_keys("li").await.expect("type");
+    b.client.find(Locator::Css("input[name=password]")).await.expect("password").send_keys("any").await.expect("type");
+    b.client.find(Locator::Css("button[type=submit]")).await.expect("submit").click().await.expect("click");
+    herald_tests::wait::wait_until("back in the console", || async { b.path().await == "/console/overview" }).await;
+    let page = b.page().await;
+    assert!(page.contains(r#"<strong id="operator-name">Li Wei</strong> · role: resolver"#), "{page}");
+    b.screenshot("62-signed-in-from-the-identity-provider.png").await;
+
+    // A resolver decides a parked task…
+    b.goto("/console/review").await;
+    b.fill(&format!("#note-{task}"), "confirmed with the provider").await;
+    b.click(&format!("form[action='/console/tasks/{task}/resolve'] button[value=SENT]")).await;
+    let page = b.goto(&format!("/console/notifications/{notification}")).await;
+    assert!(page.contains("marked sent by Li Wei"), "{page}");
+    // …and is refused what the role lacks, named.
+    let page = b.goto("/console/audit").await;
+    assert!(page.contains("view audit trail") && page.contains("role resolver"), "{page}");
+    b.screenshot("63-identity-provider-operator-refused.png").await;
+    let page = b.click("form[action='/console/logout'] button").await;
+    assert_eq!(b.path().await, "/console/login", "{page}");
+
+    let audit = api.get("/v1/audit?actor=Li%20Wei", Some(ADMIN_TOKEN)).await.ok(StatusCode::OK);
+    let actions: Vec<&str> =
+        audit["events"].as_array().expect("events").iter().map(|e| e["action"].as_str().unwrap_or("")).collect();
+    assert_eq!(actions, ["sign_out", "mark_sent", "sign_in"], "{audit}");
+    println!("journey identity-provider sign-in: passed");
+    b.close().await;
+}
