@@ -698,3 +698,58 @@ fn operator_tokens_have_a_name_a_role_and_a_token_of_their_own() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn operators_oidc_loads_checked_and_an_http_issuer_needs_the_explicit_flag() {
+    let dir = TempDir::new("oidc");
+    dir.write("client-secret", "s3cr3t-of-the-client\n");
+    let section = |issuer: &str, extra: &str| {
+        format!(
+            "[operators.oidc]\nissuer = \"{issuer}\"\nclient_id = \"herald\"\nclient_secret_file = \"client-secret\"\n\
+             redirect_url = \"https://herald.example.net/console/oidc/callback\"\n{extra}\n\
+             [operators.oidc.roles]\nherald-admins = \"admin\"\nherald-ops = \"resolver\"\n"
+        )
+    };
+    let at = |text: String| dir.write("herald.toml", &text);
+    let config =
+        Config::load(Some(&at(section("https://id.example.net/realms/ops", ""))), std::iter::empty()).expect("valid");
+    let oidc = config.oidc.expect("[operators.oidc]");
+    assert_eq!(oidc.client_secret.expose_secret(), "s3cr3t-of-the-client");
+    assert_eq!(oidc.role_claim, "roles", "the default claim");
+    assert_eq!(oidc.scopes, ["profile"]);
+    assert!(oidc.roles.contains(&("herald-ops".to_owned(), herald_domain::operators::Role::Resolver)));
+    assert!(!format!("{oidc:?}").contains("s3cr3t"), "no secret in Debug");
+
+    let refused_at = |text: String, key: &str, part: &str| {
+        let error = Config::load(Some(&at(text)), std::iter::empty()).expect_err(key);
+        assert_eq!(error.key, key, "{error}");
+        assert!(error.reason.contains(part), "{error} lacks {part:?}");
+    };
+    refused_at(section("http://127.0.0.1:9000", ""), "operators.oidc.issuer", "must be https");
+    let http =
+        Config::load(Some(&at(section("http://127.0.0.1:9000", "allow_http_issuer = true"))), std::iter::empty())
+            .expect("http with the explicit flag");
+    // …which the production check refuses unless the process runs against local stand-ins.
+    let refused = super::production::check_with(&http, false, false).expect_err("refused in production");
+    assert_eq!(refused.key, "operators.oidc.allow_http_issuer");
+    super::production::check_with(&http, false, true).expect("allowed with --stand-ins");
+    refused_at(
+        section("https://id.example.net", "")
+            .replace("herald.example.net/console/oidc/callback", "herald.example.net/"),
+        "operators.oidc.redirect_url",
+        "/console/oidc/callback",
+    );
+    refused_at(
+        section("https://id.example.net", "").replace("herald-ops = \"resolver\"", "herald-ops = \"root\""),
+        "operators.oidc.roles.herald-ops",
+        "viewer, resolver or admin",
+    );
+    let no_roles = section("https://id.example.net", "");
+    let no_roles = no_roles.split("[operators.oidc.roles]").next().expect("head").to_owned();
+    refused_at(no_roles, "operators.oidc.roles", "maps no claim value");
+    refused_at(
+        section("https://id.example.net", "").replace("client_secret_file = \"client-secret\"\n", ""),
+        "operators.oidc.client_secret_file",
+        "is required",
+    );
+}
