@@ -15,6 +15,7 @@
 //! | [`services`] | [`Services`]: the ports one process drives |
 //! | [`usecases`] | what a person or a calling service starts |
 //! | [`sessions`] | the console's sign-in: sessions bound to their credential, one-time links |
+//! | [`identity`] | the identity provider as configured: the port, the role mapping, an operator's standing now |
 //! | [`oidc`] | sign-in with the identity provider (OpenID Connect), the operator's standing at every request |
 //! | [`auth`] | bearer tokens: service, admin and signed user tokens |
 //! | [`worker`], [`finisher`] | claim → call → finish, and the batched finishes |
@@ -25,6 +26,7 @@
 
 pub mod auth;
 pub mod finisher;
+pub mod identity;
 pub mod metrics;
 pub mod names;
 pub mod oidc;

@@ -7,50 +7,17 @@
 //! configured claim maps to ([`RoleMapping`]) — none, and they are refused with nothing written — and the
 //! session opened is an ordinary console session ([`crate::sessions`]) bound to their subject, whose
 //! sign-in and sign-out the audit trail records under their name. At every request of such a session
-//! [`crate::sessions::find`] asks [`standing`]: gone at the provider, or left without a mapped role, ends
-//! the session there; a changed role applies to that very request. Nothing is cached.
+//! [`crate::sessions::find`] asks [`OidcSignIn::standing`]: gone at the provider, or left without a mapped
+//! role, ends the session there; a changed role applies to that very request. Nothing is cached.
 
-use std::sync::Arc;
-
-use herald_domain::operators::{Actor, ActorKind, Role};
+use herald_domain::operators::{Actor, ActorKind};
 use herald_domain::SessionPolicy;
-use herald_ports::{
-    Credential, IdentityError, IdentityProvider, PendingSignIn, SessionRole, SignInStart, Standing, StoreError,
-};
+use herald_ports::{Credential, IdentityError, PendingSignIn, SessionRole, SignInStart, StoreError};
 use subtle::ConstantTimeEq as _;
 
+pub use crate::identity::{Now, OidcSignIn, RoleMapping};
 use crate::services::Services;
 use crate::sessions::{self, digest_of, Opened};
-
-/// Which values of which claim give which role (`[operators.oidc]` `role_claim` and `roles`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RoleMapping {
-    /// The claim's name (`roles`, `groups`, …), as the configuration names it.
-    pub claim: String,
-    /// Claim value → role.
-    pub roles: Vec<(String, Role)>,
-}
-
-impl RoleMapping {
-    /// The highest role any of `values` maps to; `None` when none maps.
-    #[must_use]
-    pub fn role_of(&self, values: &[String]) -> Option<Role> {
-        self.roles.iter().filter(|(value, _)| values.iter().any(|v| v == value)).map(|(_, role)| *role).max()
-    }
-}
-
-/// OpenID Connect sign-in as configured: the provider and the role mapping.
-#[derive(Clone)]
-pub struct OidcSignIn {
-    pub provider: Arc<dyn IdentityProvider>,
-    pub mapping: RoleMapping,
-}
-
-impl std::fmt::Debug for OidcSignIn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OidcSignIn").field("mapping", &self.mapping).finish_non_exhaustive()
-    }
-}
 
 /// Why a sign-in with the provider was not completed. Nothing was written in any case.
 #[derive(Debug, thiserror::Error)]
@@ -141,50 +108,4 @@ pub async fn finish(
 #[must_use]
 pub fn subject_digest(subject: &str) -> herald_ports::sessions::Digest {
     digest_of(&format!("oidc\0{subject}"))
-}
-
-/// An OpenID Connect operator's standing now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Now {
-    /// They stand, with this name and role.
-    Stands { name: String, role: Role },
-    /// Removed at the provider, left without a mapped role, or sign-in no longer configured.
-    Withdrawn,
-}
-
-/// Asks the provider about the operator of `credential` (an OpenID Connect one): their name and role now.
-///
-/// # Errors
-/// The provider is unavailable (the request is refused, the session kept).
-pub async fn standing(
-    services: &Services,
-    subject: &str,
-    grant: &herald_ports::ProviderGrant,
-) -> Result<Now, IdentityError> {
-    let Some(oidc) = services.oidc.as_ref() else { return Ok(Now::Withdrawn) };
-    Ok(match oidc.provider.standing(subject, grant).await? {
-        Standing::Gone => Now::Withdrawn,
-        Standing::Present { name, role_values } => match oidc.mapping.role_of(&role_values) {
-            Some(role) => Now::Stands { name, role },
-            None => Now::Withdrawn,
-        },
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_highest_mapped_role_wins_and_unmapped_values_give_none() {
-        let mapping = RoleMapping {
-            claim: "roles".into(),
-            roles: vec![("ops".into(), Role::Viewer), ("oncall".into(), Role::Resolver), ("sre".into(), Role::Admin)],
-        };
-        let values = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        assert_eq!(mapping.role_of(&values(&["ops", "oncall"])), Some(Role::Resolver));
-        assert_eq!(mapping.role_of(&values(&["sre", "ops"])), Some(Role::Admin));
-        assert_eq!(mapping.role_of(&values(&["marketing"])), None);
-        assert_eq!(mapping.role_of(&[]), None);
-    }
 }

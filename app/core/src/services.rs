@@ -42,7 +42,7 @@ pub struct Services {
     /// Test sends allowed per (user, channel).
     pub test_send_quota: TestSendQuota,
     /// Console sign-in with the identity provider (`[operators.oidc]`), when configured.
-    pub oidc: Option<Arc<crate::oidc::OidcSignIn>>,
+    pub oidc: Option<Arc<crate::identity::OidcSignIn>>,
 }
 
 impl Services {
@@ -99,7 +99,7 @@ impl Services {
 
     /// With console sign-in through this identity provider.
     #[must_use]
-    pub fn with_oidc(mut self, oidc: crate::oidc::OidcSignIn) -> Services {
+    pub fn with_oidc(mut self, oidc: crate::identity::OidcSignIn) -> Services {
         self.oidc = Some(Arc::new(oidc));
         self
     }

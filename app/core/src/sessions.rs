@@ -16,6 +16,7 @@ use rand::RngCore as _;
 use secrecy::{ExposeSecret as _, SecretString};
 use sha2::{Digest as _, Sha256};
 
+use crate::identity::Now;
 use crate::services::Services;
 use crate::usecases::{AccessError, Actor, AuditAction, Capability};
 use herald_ports::NewAuditEvent;
@@ -133,6 +134,8 @@ fn role_name(role: &SessionRole) -> &'static str {
 
 /// What a cookie's session is now.
 #[derive(Clone, Debug, PartialEq, Eq)]
+// One per console request, moved once: boxing the live session would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Found {
     /// The session stands.
     Live(StoredSession),
@@ -170,12 +173,17 @@ pub async fn find(
             // An operator signed in at the identity provider stands as long as the provider says so, with
             // the role it gives now: asked at every request, nothing cached (issue 43, item 4).
             if let Credential::Oidc { subject, grant, name, role, .. } = &mut session.credential {
-                match crate::oidc::standing(services, subject, grant).await {
-                    Ok(crate::oidc::Now::Stands { name: now_name, role: now_role }) => {
+                let standing = match services.oidc.as_ref() {
+                    Some(oidc) => oidc.standing(subject, grant).await,
+                    // Sign-in at the provider is no longer configured: nobody vouches for the session.
+                    None => Ok(Now::Withdrawn),
+                };
+                match standing {
+                    Ok(Now::Stands { name: now_name, role: now_role }) => {
                         *name = now_name;
                         *role = now_role;
                     }
-                    Ok(crate::oidc::Now::Withdrawn) => {
+                    Ok(Now::Withdrawn) => {
                         let end = SessionEnd::ProviderWithdrew;
                         services.sessions.end_session(&id, end, now, &[]).await?;
                         tracing::info!(role = "operator", reason = end.as_str(), "console session ended");

@@ -244,7 +244,7 @@ impl Walker {
         if let Some(form) = form {
             request = request.header(CONTENT_TYPE, "application/x-www-form-urlencoded").body(form);
         }
-        let answer = request.send().await.with_context(|| format!("{url}"))?;
+        let answer = request.send().await.with_context(|| url.to_owned())?;
         let jar = self.jar.entry(origin(url).to_owned()).or_default();
         for set in answer.headers().get_all(SET_COOKIE) {
             let pair = set.to_str().unwrap_or_default().split(';').next().unwrap_or_default();

@@ -127,6 +127,7 @@ pub struct Words {
     pub ended_expired: &'static str,
     pub ended_credential_expired: &'static str,
     pub ended_credential_revoked: &'static str,
+    pub ended_provider_withdrew: &'static str,
     pub link_title: &'static str,
     pub link_intro: &'static str,
     pub link_button: &'static str,
@@ -143,6 +144,7 @@ pub struct Words {
     pub session_by_admin_token: &'static str,
     pub session_by_user_token: &'static str,
     pub session_by_link: &'static str,
+    pub session_by_provider: &'static str,
     pub session_end_button: &'static str,
     pub session_ended_one: &'static str,
     pub not_found: &'static str,
@@ -307,16 +309,6 @@ pub struct Words {
 }
 
 impl Words {
-    /// The identity-provider words in this page's language.
-    #[must_use]
-    pub fn oidc_words(&self) -> &'static super::oidc::OidcWords {
-        if std::ptr::eq(self, &ZH) {
-            Lang::Zh.oidc()
-        } else {
-            Lang::En.oidc()
-        }
-    }
-
     /// Why a session ended, in words.
     #[must_use]
     pub fn session_end(&self, end: herald_domain::SessionEnd) -> &'static str {
@@ -329,7 +321,7 @@ impl Words {
             SessionEnd::Expired => self.ended_expired,
             SessionEnd::CredentialExpired => self.ended_credential_expired,
             SessionEnd::CredentialRevoked => self.ended_credential_revoked,
-            SessionEnd::ProviderWithdrew => self.oidc_words().ended_withdrawn,
+            SessionEnd::ProviderWithdrew => self.ended_provider_withdrew,
         }
     }
 }
@@ -364,6 +356,7 @@ pub static EN: Words = Words {
     ended_expired: "it reached its time limit",
     ended_credential_expired: "the token you signed in with expired",
     ended_credential_revoked: "the token you signed in with is no longer accepted",
+    ended_provider_withdrew: "the identity provider no longer lets you in with a role in Herald",
     link_title: "Sign in with your link",
     link_intro: "This link signs you in once. Continue to open your inbox; the link then stops working.",
     link_button: "Continue",
@@ -380,6 +373,7 @@ pub static EN: Words = Words {
     session_by_admin_token: "an admin token",
     session_by_user_token: "a user token",
     session_by_link: "a sign-in link",
+    session_by_provider: "the identity provider",
     session_end_button: "End session",
     session_ended_one: "The session was ended.",
     not_found: "Not found.",
@@ -573,6 +567,7 @@ pub static ZH: Words = Words {
     ended_expired: "已达到时间上限",
     ended_credential_expired: "登录所用的令牌已过期",
     ended_credential_revoked: "登录所用的令牌已不再被接受",
+    ended_provider_withdrew: "身份提供方已不再给予您 Herald 中的角色",
     link_title: "使用你的链接登录",
     link_intro: "此链接只能登录一次。点击继续打开你的收件箱，之后该链接即失效。",
     link_button: "继续",
@@ -589,6 +584,7 @@ pub static ZH: Words = Words {
     session_by_admin_token: "管理员令牌",
     session_by_user_token: "用户令牌",
     session_by_link: "登录链接",
+    session_by_provider: "身份提供方",
     session_end_button: "结束会话",
     session_ended_one: "该会话已结束。",
     not_found: "未找到。",

@@ -234,10 +234,6 @@ pub struct OidcWords {
     pub no_role: &'static str,
     pub signed_in: &'static str,
     pub welcome: &'static str,
-    /// The sessions page: how a session was opened.
-    pub session_by_provider: &'static str,
-    /// Why a session ended: the provider withdrew the operator.
-    pub ended_withdrawn: &'static str,
 }
 
 static EN: OidcWords = OidcWords {
@@ -254,8 +250,6 @@ static EN: OidcWords = OidcWords {
               in Herald. Nothing was opened: ask an administrator for the viewer, resolver or admin role.",
     signed_in: "Signed in",
     welcome: "Welcome, {name}. On to the console…",
-    session_by_provider: "the identity provider",
-    ended_withdrawn: "the identity provider no longer lets you in with a role in Herald",
 };
 
 static ZH: OidcWords = OidcWords {
@@ -270,8 +264,6 @@ static ZH: OidcWords = OidcWords {
     no_role: "您已在身份提供方登录为 {name}，但您的声明“{claim}”中没有任何值对应 Herald 的角色。未打开任何页面：请向管理员申请查看者、处理者或管理员角色。",
     signed_in: "已登录",
     welcome: "欢迎，{name}。正在进入控制台……",
-    session_by_provider: "身份提供方",
-    ended_withdrawn: "身份提供方已不再给予您 Herald 中的角色",
 };
 
 #[cfg(test)]

@@ -189,7 +189,7 @@ pub fn sessions(w: &Words, session: &Session, list: &[herald_ports::StoredSessio
                             Credential::AdminToken { .. } => { (w.session_by_admin_token) }
                             Credential::UserToken { .. } => { (w.session_by_user_token) }
                             Credential::SignInLink { .. } => { (w.session_by_link) }
-                            Credential::Oidc { .. } => { (w.oidc_words().session_by_provider) }
+                            Credential::Oidc { .. } => { (w.session_by_provider) }
                         } }
                         td {
                             form.inline method="post" action="/console/me/sessions/end" {
