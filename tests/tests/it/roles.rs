@@ -193,7 +193,13 @@ async fn the_console_names_the_operator_and_their_role_in_both_languages() {
     let api = start(&world).await;
     let console = Console::operator(&api, token(Role::Resolver)).await;
     let page = console.get("/console/overview?lang=en").await;
-    assert!(page.body.contains("token day resolver (resolver)"), "{}", page.body);
+    // The name and the role, once each (it read "Signed in as operator token day resolver (resolver)").
+    let shown = r#"Signed in as <strong id="operator-name">day resolver</strong> · role: resolver"#;
+    assert!(page.body.contains(shown), "{}", page.body);
     let page = console.get("/console/overview?lang=zh").await;
-    assert!(page.body.contains("token day resolver (处理者)"), "{}", page.body);
+    assert!(
+        page.body.contains(r#"已登录： <strong id="operator-name">day resolver</strong> · 角色：处理者"#),
+        "{}",
+        page.body
+    );
 }
