@@ -20,6 +20,8 @@ use openidconnect::{
 };
 use secrecy::ExposeSecret as _;
 
+use herald_core::report::error_chain;
+
 use crate::config::OidcConfig;
 
 /// How long one request to the provider may take.
@@ -132,19 +134,6 @@ impl OidcProvider {
             _ => Vec::new(),
         }
     }
-}
-
-/// An error with its sources, for a log line (none of them carries a token: the crate's errors name the
-/// request's stage and the provider's answer).
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn name_of(claims: &serde_json::Map<String, serde_json::Value>, fallback: &str) -> String {
