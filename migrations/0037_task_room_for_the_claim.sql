@@ -1,0 +1,19 @@
+-- Room on each page of `delivery_task` for the claim's update of the tasks submitted there, as 0019 left
+-- room on `delivery_attempt` for the finish's.
+--
+-- A claim takes consecutive due tasks — rows side by side on a page — and rewrites each of them (SENDING,
+-- the lease, the attempt's token: a wider row) in one transaction, so the page must hold the new versions
+-- beside the old ones until it commits. At fill factor 70 (0007) about a third did not fit: each of those
+-- a row moved to another page, with a row lock written first (PostgreSQL marks the old version before it
+-- looks for room elsewhere) and an entry in each of the table's three indexes. The write account
+-- (`herald-bench --account 4000`, docs/BENCHMARKS.md, "What one notification writes") found 0.62 of the
+-- claim's task updates HOT at 70 and 0.93 at 50: the claim's WAL per delivery 1,341 → 1,200–1,205 bytes,
+-- the submit's unchanged (1,348 → 1,343–1,345). Once drained and vacuumed, the table and its indexes took
+-- 462–473 bytes per task against 503: the heap a little larger (317–328 against 309), the indexes smaller
+-- (no entries for versions that moved).
+--
+-- Fill factor 30 (every update HOT) was measured before and not taken: a page holds 18 tasks instead of
+-- 43 (30 at 50), and the submissions paid for it (docs/BENCHMARKS.md, "HOT updates").
+--
+-- It applies to pages written from now on; existing pages keep their rows as they are.
+ALTER TABLE delivery_task SET (fillfactor = 50);
