@@ -62,9 +62,12 @@ impl RetentionPolicy {
 /// The purge's lease row.
 pub const PURGE_JOB: &str = "purge";
 
-/// One purge run as `holder`: `None` when another process holds the purge's lease. The lease lasts
-/// ten intervals (at least ten minutes), long enough for a run; a holder that dies leaves it to another
-/// process once it ends.
+/// One purge run as `holder`: `None` when another process holds the purge's lease. The holder renews the
+/// lease at each of its runs, for three intervals (at least 10 s): a holder that dies — a killed worker —
+/// leaves retention to another process within three intervals. (With ten minutes, as until 2026-12-08, the
+/// soak's first worker kill stopped every purge of its run: a killed holder's lease outlived the run.) A
+/// run longer than its lease may meet a second process purging: each batch locks what it removes with
+/// `SKIP LOCKED` and a removal is idempotent, so that costs work twice, never a wrong row.
 ///
 /// # Errors
 /// Store failures.
@@ -74,7 +77,7 @@ pub async fn purge_once(
     holder: &str,
 ) -> Result<Option<PurgeReport>, StoreError> {
     let now = services.clock.now().await?;
-    let lease = Millis(u64::try_from(policy.interval.as_millis()).unwrap_or(u64::MAX).saturating_mul(10).max(600_000));
+    let lease = lease_for(policy);
     if !services.lifecycle.take_lease(PURGE_JOB, holder, now, now + lease).await? {
         return Ok(None);
     }
@@ -89,6 +92,12 @@ pub async fn purge_once(
         );
     }
     Ok(Some(report))
+}
+
+/// How long a purge holder keeps the lease after taking or renewing it.
+#[must_use]
+pub fn lease_for(policy: &RetentionPolicy) -> Millis {
+    Millis(u64::try_from(policy.interval.as_millis()).unwrap_or(u64::MAX).saturating_mul(3).max(10_000))
 }
 
 /// Runs [`purge_once`] every `policy.interval` until `stop` resolves; failures are logged and retried at

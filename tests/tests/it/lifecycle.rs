@@ -442,7 +442,10 @@ async fn one_process_purges_at_a_time() {
     assert!(purge_once(&services, &policy, "p1").await.expect("p1").is_some());
     assert!(purge_once(&services, &policy, "p2").await.expect("p2").is_none(), "p1 holds the lease");
     assert!(purge_once(&services, &policy, "p1").await.expect("p1 again").is_some(), "its holder keeps it");
-    world.advance(11 * 60_000);
+    let lease = herald_core::retention::lease_for(&policy).0;
+    world.advance(lease - 1_000);
+    assert!(purge_once(&services, &policy, "p2").await.expect("p2 early").is_none(), "the lease has not ended");
+    world.advance(2_000);
     assert!(purge_once(&services, &policy, "p2").await.expect("p2 later").is_some(), "taken over after it ended");
 }
 
