@@ -87,6 +87,9 @@ pub async fn open(
     credential: Credential,
     operator: Option<&Actor>,
 ) -> Result<Opened, StoreError> {
+    if let SessionRole::User(user) = &role {
+        crate::usecases::refuse_erased(services, user).await?;
+    }
     let now = services.clock.now().await?;
     let cookie = random_secret();
     let csrf = {
@@ -310,6 +313,7 @@ pub async fn create_link(
     ttl: Millis,
 ) -> Result<Link, AccessError> {
     crate::usecases::for_user(operator, Capability::ActForUsers)?;
+    crate::usecases::refuse_erased(services, user).await?;
     let now = services.clock.now().await?;
     let code = random_secret();
     let expires_at = now + ttl;

@@ -238,8 +238,24 @@ pub async fn mark_read(
     notification: NotificationRef,
 ) -> Result<MarkRead, AccessError> {
     for_user(operator, Capability::ActForUsers)?;
+    refuse_erased(services, user).await?;
     let now = services.clock.now().await?;
     Ok(services.inbox.mark_read(user, notification, now).await?)
+}
+
+/// `Err(StoreError::UserErased)` when `user` was erased (SPEC §13). The inbox, the test send, sign-in
+/// links and the user's console sign-in answer with it (410 on the API and the console) from the
+/// erasure's commit on: the rows that remain until the content boundary — bodies, inbox items — are kept
+/// for that boundary's purge, not for anyone to read. One look-up by the id's digest (the erasure record's
+/// key), so a tombstone still refuses.
+///
+/// # Errors
+/// [`StoreError::UserErased`], or the look-up's failure.
+pub async fn refuse_erased(services: &Services, user: &UserId) -> Result<(), StoreError> {
+    if services.lifecycle.erasure(user).await?.is_some() {
+        return Err(StoreError::UserErased);
+    }
+    Ok(())
 }
 
 /// A page of a user's inbox, newest first, after `cursor`.
@@ -256,6 +272,7 @@ pub async fn inbox_page(
     limit: u32,
 ) -> Result<Vec<InboxItem>, AccessError> {
     for_user(operator, Capability::ViewOperations)?;
+    refuse_erased(services, user).await?;
     Ok(services.inbox.inbox_page(user, cursor, limit).await?)
 }
 
@@ -763,6 +780,7 @@ pub async fn test_send(
     channel: &ChannelName,
 ) -> Result<TestSend, TestSendError> {
     for_user(operator, Capability::TestSendForUser)?;
+    refuse_erased(services, user).await?;
     let adapter = adapter(services, channel)?;
     let Some(stored) = services.prefs.destination(user, channel).await? else {
         return Err(TestSendError::NoDestination);
@@ -849,6 +867,7 @@ pub async fn confirm(
     channel: &ChannelName,
 ) -> Result<ChannelPref, TestSendError> {
     for_user(operator, Capability::ActForUsers)?;
+    refuse_erased(services, user).await?;
     adapter(services, channel)?;
     if !services.prefs.mark_verified(user, channel).await? {
         let stored = services.prefs.get(user, channel).await?;

@@ -546,3 +546,81 @@ async fn the_console_erases_as_the_api_does_and_only_for_an_operator() {
 async fn services_record(world: &World, user: &str) -> Option<herald_ports::ErasureRecord> {
     world.services().lifecycle.erasure(&UserId::from(user)).await.expect("record")
 }
+
+/// After the erasure commits, what still holds the user's data until the content boundary answers with
+/// none of it: the inbox (API, user's token or admin's) and marking read, the test send and its
+/// confirmation, new sign-in links, a link made before the erasure, and the console sign-in with the
+/// user's token all answer 410 ("user erased"), and nothing is written. Another user is untouched — the
+/// same requests succeed for them, so each 410 is the erasure's doing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erased_users_inbox_test_send_and_sign_in_answer_gone() {
+    use herald_tests::api::{Api, ADMIN_TOKEN, SERVICE_TOKEN};
+    use herald_tests::console::form_value;
+    use reqwest::{Method, StatusCode};
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    for user in ["ann", "bob"] {
+        world.user(user, &["push"]).await.expect("user");
+        world.submit(user, "e1", HOUR, None).await.expect("submit");
+    }
+    let api = Api::start(&world).await.expect("api");
+    let old_link = api.sign_in_link("ann").await;
+    let inbox = api.get("/v1/users/ann/inbox", Some(&api.user_token("ann"))).await.ok(StatusCode::OK);
+    let notification = inbox["items"][0]["notification_id"].as_str().expect("an inbox item").to_owned();
+    api.post("/v1/users/ann/erasure", Some(ADMIN_TOKEN), &serde_json::json!({})).await.ok(StatusCode::ACCEPTED);
+    assert_eq!(
+        count(&world, "SELECT count(*) FROM inbox_item WHERE user_id = $1", "ann").await,
+        1,
+        "kept until the boundary"
+    );
+
+    let empty = serde_json::json!({});
+    for user in ["ann", "bob"] {
+        let expect = if user == "ann" { StatusCode::GONE } else { StatusCode::OK };
+        for token in [api.user_token(user), ADMIN_TOKEN.to_owned()] {
+            let answer = api.get(&format!("/v1/users/{user}/inbox"), Some(&token)).await;
+            assert_eq!(answer.status, expect, "{user}'s inbox: {}", answer.text);
+            if user == "ann" {
+                assert_eq!(answer.problem(StatusCode::GONE)["type"], "urn:herald:problem:user-erased");
+                assert!(!answer.text.contains("Event e1"), "no body in the answer");
+            }
+        }
+    }
+    let read = format!("/v1/users/ann/inbox/{notification}/read");
+    api.post(&read, Some(&api.user_token("ann")), &empty).await.problem(StatusCode::GONE);
+    assert_eq!(
+        count(&world, "SELECT count(*) FROM inbox_item WHERE user_id = $1 AND read_at IS NOT NULL", "ann").await,
+        0
+    );
+    for path in ["/v1/users/ann/channels/push/test", "/v1/users/ann/channels/push/confirm"] {
+        api.post(path, Some(ADMIN_TOKEN), &empty).await.problem(StatusCode::GONE);
+    }
+    api.post("/v1/users/bob/channels/push/test", Some(ADMIN_TOKEN), &empty).await.ok(StatusCode::OK);
+    assert_eq!(world.push.requests_to(&World::destination("ann", "push")), 0, "no test send reached ann's channel");
+    api.call(Method::POST, "/v1/users/ann/sign-in-links", Some(SERVICE_TOKEN), None).await.problem(StatusCode::GONE);
+    assert_eq!(count(&world, "SELECT count(*) FROM console_sign_in_link WHERE user_id = $1", "ann").await, 0);
+    api.sign_in_link("bob").await;
+
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let form = |path: &str, body: String| {
+        client
+            .post(format!("{}{path}", api.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("sec-fetch-site", "same-origin")
+            .body(body)
+            .send()
+    };
+    let code = old_link.split_once("code=").expect("a code").1;
+    let link = form("/console/login/user", format!("code={code}")).await.expect("answer");
+    assert_eq!(link.status(), StatusCode::UNAUTHORIZED, "the erasure destroyed the link");
+    for (user, expect) in [("ann", StatusCode::GONE), ("bob", StatusCode::SEE_OTHER)] {
+        let answer =
+            form("/console/login", format!("token={}", form_value(&api.user_token(user)))).await.expect("answer");
+        assert_eq!(answer.status(), expect, "{user}'s console sign-in");
+        let cookies: Vec<_> = answer.headers().get_all("set-cookie").iter().filter_map(|v| v.to_str().ok()).collect();
+        assert_eq!(cookies.iter().any(|c| c.starts_with("herald_session=")), user == "bob", "{cookies:?}");
+    }
+    assert_eq!(
+        count(&world, "SELECT count(*) FROM console_session WHERE user_id = $1 AND ended_at IS NULL", "ann").await,
+        0
+    );
+}

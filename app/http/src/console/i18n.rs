@@ -149,6 +149,8 @@ pub struct Words {
     pub session_ended_one: &'static str,
     pub not_found: &'static str,
     pub store_down: &'static str,
+    /// A page of an erased user, or their sign-in (410).
+    pub user_gone: &'static str,
 
     pub overview_title: &'static str,
     pub col_channel: &'static str,
@@ -378,6 +380,7 @@ pub static EN: Words = Words {
     session_ended_one: "The session was ended.",
     not_found: "Not found.",
     store_down: "The database is not answering right now; nothing was changed. Please try again.",
+    user_gone: "This user was erased: Herald shows and sends nothing more for them.",
 
     overview_title: "Overview",
     col_channel: "Channel",
@@ -589,6 +592,7 @@ pub static ZH: Words = Words {
     session_ended_one: "该会话已结束。",
     not_found: "未找到。",
     store_down: "数据库暂时无响应，未作任何更改。请重试。",
+    user_gone: "该用户已被删除：Herald 不再为其显示或发送任何内容。",
 
     overview_title: "概览",
     col_channel: "渠道",

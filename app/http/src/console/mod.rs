@@ -32,7 +32,7 @@ use axum::routing::{get, post};
 use axum::{Form, Router};
 use herald_domain::resolve::FinalState;
 use herald_domain::{ChannelName, EventKey, Millis, NotificationRef, SessionEnd, TaskId, Timestamp, UserId};
-use herald_ports::{InboxCursor, MarkRead, ResolveError, SessionRole};
+use herald_ports::{InboxCursor, MarkRead, ResolveError, SessionRole, StoreError};
 use maud::Markup;
 use serde::Deserialize;
 
@@ -204,6 +204,14 @@ impl Ctx {
         self.message(StatusCode::SERVICE_UNAVAILABLE, self.w().store_down)
     }
 
+    /// The answer to a store failure: 410 for an erased user (SPEC §13), otherwise the database is down.
+    fn store_failed(&self, error: &StoreError) -> Response {
+        match error {
+            StoreError::UserErased => self.message(StatusCode::GONE, self.w().user_gone),
+            _ => self.store_down(),
+        }
+    }
+
     /// The operator's session and who they are, or the answer to give instead (sign-in, or 403 for a
     /// user). What the operator's role allows is the use case's to decide ([`Ctx::refused`]).
     fn operator(&self) -> Result<(&Session, &Actor), Response> {
@@ -230,7 +238,7 @@ impl Ctx {
     fn failed(&self, error: AccessError) -> Response {
         match error {
             AccessError::Forbidden(refused) => self.refused(refused),
-            AccessError::Store(_) => self.store_down(),
+            AccessError::Store(error) => self.store_failed(&error),
         }
     }
 
@@ -313,7 +321,7 @@ impl Ctx {
         };
         match sessions::open(&state.services(), state.console.sessions.policy, role, credential, operator).await {
             Ok(opened) => self.signed_in_to(&opened, to),
-            Err(_) => self.store_down(),
+            Err(error) => self.store_failed(&error),
         }
     }
 
@@ -474,7 +482,7 @@ async fn user_link(
             Some(Flash::Error(w.link_failed.to_owned())),
             pages::signin(w, None, ""),
         )),
-        Err(_) => ctx.store_down(),
+        Err(error) => ctx.store_failed(&error),
     }
 }
 
