@@ -8,6 +8,7 @@
 #   scripts/soak.sh --minutes 20           # long run
 #   scripts/soak.sh --plant finish-without-token              # a planted bug: must show the damage
 #   scripts/soak.sh --plant refusal-after-uncertainty-failed  # (exits non-zero when it does)
+#   scripts/soak.sh --plant claim-ignores-erasure             # (issue 42)
 #   scripts/soak.sh soak-control [PLANT]   # the negative control: a planted run must fail, and say why
 #
 # Other options go to the driver (tests/src/bin/herald-soak.rs): --workers K, --seed N.
@@ -25,12 +26,16 @@ if [[ "${1:-}" == "soak-control" ]]; then
     #  * refusal-after-uncertainty-failed (default; B3): a refusal after an uncertain attempt written down
     #    as FAILED -> tasks FAILED although the stand-in accepted them;
     #  * finish-without-token (NC3): a superseded holder's finish overwrites the task -> real duplicate
-    #    sends (or a state that contradicts the stand-in).
+    #    sends (or a state that contradicts the stand-in);
+    #  * claim-ignores-erasure (issue 42): the claim reads every user as not erased -> a task in flight at
+    #    its user's erasure that comes back for a retry is decided as if the user were there: its
+    #    destination is destroyed, so it is parked for a person (or, were one left, called again).
     plant="refusal-after-uncertainty-failed"
     if [[ $# -gt 0 && "$1" != --* ]]; then plant="$1"; shift; fi
     case "$plant" in
         refusal-after-uncertainty-failed) expect='FAILED or SUPPRESSED although the stand-in accepted it' ;;
         finish-without-token) expect='(real duplicate sends of one task|FAILED or SUPPRESSED although the stand-in accepted it|SENT automatically with no real acceptance at the stand-in)' ;;
+        claim-ignores-erasure) expect='(no call for an erased user after its erasure committed|erased users: tasks parked for a person after the erasure)' ;;
         *) log "unknown plant: $plant"; exit 2 ;;
     esac
     out="$(mktemp)"

@@ -47,6 +47,41 @@ pub async fn claim_selected(store: &PgStore, request: &ClaimRequest, rows: &[PgR
     Ok(batch)
 }
 
+/// The claim's test of an erasure, as [`CLAIM_QUERY`](crate::claim::CLAIM_QUERY) writes it.
+const ERASED_COLUMN: &str = "EXISTS (SELECT 1 FROM user_erasure x WHERE x.user_id = t.user_id) AS erased";
+
+/// The claim query with its erasure test replaced by `false`: every other lock and check of the real
+/// claim is kept, so what differs is exactly that a task of an erased user is handed to a channel again.
+fn claim_query_ignoring_erasure(limit: u32) -> Result<String, StoreError> {
+    let text = crate::claim::claim_text(limit);
+    if !text.contains(ERASED_COLUMN) {
+        return Err(StoreError::Unknown(anyhow::anyhow!("the claim query no longer tests erasure as expected")));
+    }
+    Ok(text.replace(ERASED_COLUMN, "false AS erased"))
+}
+
+/// The planted bug "claim ignores erasure" (issue 42's negative control): the real claim, in one
+/// transaction as [`PgStore`]'s, except that it reads every user as not erased.
+///
+/// # Errors
+/// Store failures.
+pub async fn claim_ignoring_erasure(store: &PgStore, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+    let (limited, spacing) = egress_spacing(&request.channels);
+    let mut tx = store.pool().begin().await.map_err(store_error)?;
+    let rows: Vec<ClaimRow> = sqlx::query_as(&claim_query_ignoring_erasure(request.limit)?)
+        .bind(to_db(request.now))
+        .bind(channel_names(&request.channels))
+        .bind(i64::from(request.limit))
+        .bind(&limited)
+        .bind(&spacing)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(store_error)?;
+    let batch = claim_rows(&mut tx, rows, request, 0).await?;
+    tx.commit().await.map_err(store_error)?;
+    Ok(batch)
+}
+
 /// NC3: finishes **by id only**, without the state and token condition, so a superseded holder's
 /// late observation overwrites whatever the task says now.
 ///
@@ -91,5 +126,13 @@ mod tests {
             .iter()
             .fold(crate::CLAIM_QUERY.to_owned(), |query, lock| query.replace(lock, ""));
         assert_eq!(UNLOCKED_CLAIM_QUERY, stripped);
+    }
+
+    #[test]
+    fn the_planted_claim_differs_from_the_real_one_only_in_its_erasure_test() {
+        let planted = claim_query_ignoring_erasure(4).expect("the real claim tests erasure");
+        assert!(crate::claim::claim_text(4).contains("user_erasure"));
+        assert!(!planted.contains("user_erasure"), "the planted claim still reads erasures");
+        assert_eq!(planted.replace("false AS erased", ERASED_COLUMN), crate::claim::claim_text(4));
     }
 }

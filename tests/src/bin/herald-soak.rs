@@ -112,6 +112,23 @@ const MAIL_USERS: usize = 8;
 const GONE_WEIGHT: u32 = 4;
 const DIGEST_USERS: usize = 6;
 
+/// Short retention (issue 42): every user's finished notifications leave with their tasks and attempts
+/// after this, so the tables stay bounded while the soak runs.
+const FINISHED_AFTER: Duration = Duration::from_secs(20);
+/// How often the processes that run workers try to purge (one at a time, under the purge's lease).
+const PURGE_INTERVAL: Duration = Duration::from_secs(2);
+/// The boundaries after an erasure, as short: content, then records, then the tombstone.
+const CONTENT_AFTER_ERASURE: Duration = Duration::from_secs(20);
+const RECORDS_AFTER_ERASURE: Duration = Duration::from_secs(30);
+const TOMBSTONE_AFTER_ERASURE: Duration = Duration::from_secs(40);
+/// What one purge pass may take beyond its interval on this saturated machine, a PostgreSQL restart (a
+/// pass that fails is retried at the next interval) included.
+const PURGE_SLACK: Duration = Duration::from_secs(10);
+/// How often the driver samples the sizes of `delivery_task` and `delivery_attempt`.
+const SIZE_EVERY: Duration = Duration::from_secs(2);
+/// At most this many of the regular users are erased in a run (the others keep the traffic going).
+const MAX_ERASED: usize = 8;
+
 // ------------------------------------------------------------------------------------------ options
 
 /// A bug planted in the control run's workers.
@@ -121,6 +138,9 @@ enum Plant {
     FinishWithoutToken,
     /// B3: a refusal that follows an uncertain attempt is written down as FAILED.
     RefusalAfterUncertaintyFailed,
+    /// Issue 42: the claim reads every user as not erased, so a task of an erased user that was in a
+    /// holder's hands at the erasure and comes back for a retry is handed to its channel again.
+    ClaimIgnoresErasure,
 }
 
 impl Plant {
@@ -128,7 +148,10 @@ impl Plant {
         match name {
             "finish-without-token" => Ok(Plant::FinishWithoutToken),
             "refusal-after-uncertainty-failed" => Ok(Plant::RefusalAfterUncertaintyFailed),
-            _ => bail!("unknown plant {name}: finish-without-token | refusal-after-uncertainty-failed"),
+            "claim-ignores-erasure" => Ok(Plant::ClaimIgnoresErasure),
+            _ => bail!(
+                "unknown plant {name}: finish-without-token | refusal-after-uncertainty-failed | claim-ignores-erasure"
+            ),
         }
     }
 
@@ -136,6 +159,7 @@ impl Plant {
         match self {
             Plant::FinishWithoutToken => "finish-without-token",
             Plant::RefusalAfterUncertaintyFailed => "refusal-after-uncertainty-failed",
+            Plant::ClaimIgnoresErasure => "claim-ignores-erasure",
         }
     }
 }
@@ -236,8 +260,9 @@ impl StandIns {
         let digest = StandIn::start(Kind::Push).await;
         let slow = StandIn::start(Kind::Miaotixing).await;
         let mut chaos = Chaos::mixed(seed, HANG);
-        if plant == Some(Plant::RefusalAfterUncertaintyFailed) {
-            // More uncertain calls followed by refusals: the planted damage becomes likely.
+        if matches!(plant, Some(Plant::RefusalAfterUncertaintyFailed | Plant::ClaimIgnoresErasure)) {
+            // More uncertain calls followed by refusals: the planted damage becomes likely (for the erasure's
+            // plant: more calls in flight at an erasure come back for another attempt).
             chaos = Chaos { accept: 30, hang: 15, unavailable: 20, too_many: 10, drop_after: 15, garbage: 10, ..chaos };
         }
         for (i, standin) in [&push, &sms, &miao, &digest, &slow].into_iter().enumerate() {
@@ -318,8 +343,17 @@ fn config_text(db_url: &str, listen: u16, secrets: &Secrets, standins: &StandIns
          [auth]\nservice_tokens = [\"{}\"]\nadmin_tokens = [\"{}\"]\nuser_token_secret = \"soak-user-token-secret-{}\"\n\n\
          [keys]\ncurrent = \"{KEY_ID}\"\n{KEY_ID} = \"{KEY}\"\n\n\
          [worker]\nconcurrency = {concurrency}\nlease_ms = {LEASE_MS}\nbatch = 4\npoll_ms = 200\n\n\
-         [log]\nformat = \"human\"\nlevel = \"warn\"\n\n",
-        secrets.service_token, secrets.admin_token, secrets.admin_token
+         [log]\nformat = \"human\"\nlevel = \"warn\"\n\n\
+         [retention]\nfinished_after = \"{}s\"\ncontent_after_erasure = \"{}s\"\nrecords_after_erasure = \"{}s\"\n\
+         tombstone_after_erasure = \"{}s\"\ninterval = \"{}s\"\nbatch = 200\n\n",
+        secrets.service_token,
+        secrets.admin_token,
+        secrets.admin_token,
+        FINISHED_AFTER.as_secs(),
+        CONTENT_AFTER_ERASURE.as_secs(),
+        RECORDS_AFTER_ERASURE.as_secs(),
+        TOMBSTONE_AFTER_ERASURE.as_secs(),
+        PURGE_INTERVAL.as_secs()
     );
     text += &channel("push", "webhook", standins.push.base_url(), "min_interval_ms = 0");
     text += &channel(
@@ -416,9 +450,14 @@ impl Fleet {
                 c.arg("--config").arg(&self.config).arg("worker").arg("--stand-ins");
                 c
             }
-            (Role::Serve, _) => {
+            (Role::Serve, plant) => {
                 let mut c = Command::new(&self.herald);
                 c.arg("--config").arg(&self.config).arg("serve").arg("--stand-ins");
+                if plant == Some(Plant::ClaimIgnoresErasure) {
+                    // Only the planted workers claim: `serve`'s own workers (woken at once by every
+                    // submission) would otherwise take most retries of an erased user's task, and settle them.
+                    c.arg("--no-worker");
+                }
                 c
             }
         };
@@ -786,6 +825,152 @@ fn frozen_between_check_and_send(late: &[(String, SystemTime)], arrivals: &[Syst
     })
 }
 
+/// The tables whose rows the purge removes: the soak keeps a copy of every removed row (`soak_gone_*`, filled
+/// by triggers of its own in its throw-away database), so the ledger still judges what was purged, and the
+/// views `soak_all_*` read both.
+const PURGED_TABLES: [&str; 5] = ["notification", "inbox_item", "delivery_task", "delivery_attempt", "digest_member"];
+
+async fn keep_what_the_purge_removes(pool: &PgPool) -> anyhow::Result<()> {
+    sqlx::query(
+        "CREATE FUNCTION soak_keep_removed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           EXECUTE format('INSERT INTO %I SELECT * FROM old_rows', 'soak_gone_' || TG_TABLE_NAME); RETURN NULL; END $$",
+    )
+    .execute(pool)
+    .await?;
+    for table in PURGED_TABLES {
+        for statement in [
+            format!("CREATE TABLE soak_gone_{table} (LIKE {table})"),
+            format!(
+                "CREATE TRIGGER soak_keep_removed AFTER DELETE ON {table} REFERENCING OLD TABLE AS old_rows \
+                 FOR EACH STATEMENT EXECUTE FUNCTION soak_keep_removed()"
+            ),
+            format!("CREATE VIEW soak_all_{table} AS SELECT * FROM {table} UNION ALL SELECT * FROM soak_gone_{table}"),
+        ] {
+            sqlx::query(&statement).execute(pool).await?;
+        }
+    }
+    Ok(())
+}
+
+/// One sample of the tables' sizes while the soak runs.
+#[derive(Clone, Copy, Debug)]
+struct SizeSample {
+    at: Duration,
+    tasks: i64,
+    attempts: i64,
+    /// Rows of notifications the purge should have removed by now: due for it (finished — no task due, in
+    /// a holder's hands or waiting for a person — and made more than [`FINISHED_AFTER`] ago) for longer
+    /// than [`overdue_after`]: made before `FINISHED_AFTER + overdue_after()` and not written to since
+    /// `overdue_after()`.
+    overdue_tasks: i64,
+    overdue_attempts: i64,
+    /// Tasks made so far (the identity's last value).
+    created: i64,
+}
+
+/// How long after a notification finished the purge has to remove it: two purge intervals and the slack.
+fn overdue_after() -> Duration {
+    PURGE_INTERVAL * 2 + PURGE_SLACK
+}
+
+async fn sample_sizes(pool: &PgPool, at: Duration) -> Option<SizeSample> {
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let row: (i64, i64, i64, i64, Option<i64>) = sqlx::query_as(
+        "WITH overdue AS MATERIALIZED (SELECT n.user_id, n.id FROM notification n \
+           WHERE n.created_at < now() - $1 * interval '1 millisecond' AND NOT EXISTS (SELECT 1 FROM delivery_task u \
+             WHERE u.user_id = n.user_id AND u.notification_id = n.id AND (u.state IN ('PENDING', 'SENDING') \
+               OR u.needs_review OR u.next_attempt_at IS NOT NULL OR u.updated_at > now() - $2 * interval '1 millisecond'))) \
+         SELECT (SELECT count(*) FROM delivery_task), (SELECT count(*) FROM delivery_attempt), \
+           (SELECT count(*) FROM delivery_task t JOIN overdue o ON o.user_id = t.user_id AND o.id = t.notification_id), \
+           (SELECT count(*) FROM delivery_attempt a JOIN delivery_task t ON t.user_id = a.user_id AND t.id = a.task_id \
+              JOIN overdue o ON o.user_id = t.user_id AND o.id = t.notification_id), \
+           pg_sequence_last_value(pg_get_serial_sequence('delivery_task', 'id')::regclass)",
+    )
+    .bind(ms(FINISHED_AFTER + overdue_after()))
+    .bind(ms(overdue_after()))
+    .fetch_one(pool)
+    .await
+    .ok()?;
+    Some(SizeSample {
+        at,
+        tasks: row.0,
+        attempts: row.1,
+        overdue_tasks: row.2,
+        overdue_attempts: row.3,
+        created: row.4.unwrap_or(0),
+    })
+}
+
+/// An erasure the driver asked for while submissions and calls were in flight, with two readings of the
+/// database's clock around its commit: `requested_at` (the erasure's own `now`, read before its
+/// transaction) and `committed_by` (`clock_timestamp()` read after the API answered, so at or after the
+/// commit). Both come from PostgreSQL's clock; the attempts' times are that clock too (the workers' clock
+/// is the database's, adapters-postgres `clock.rs`), and the stand-ins' arrival times are this host's wall
+/// clock, which PostgreSQL on the same host reads: they are compared with [`CLOCK_SLACK`].
+#[derive(Clone, Debug)]
+struct Erased {
+    user: String,
+    requested_at: SystemTime,
+    committed_by: SystemTime,
+}
+
+/// A time read from PostgreSQL as microseconds since the epoch (`EPOCH_MICROS`).
+fn system_time(micros: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+}
+
+/// `$1` as microseconds since the epoch, for [`system_time`].
+macro_rules! epoch_micros {
+    ($column:literal) => {
+        concat!("(extract(epoch FROM ", $column, ") * 1000000)::bigint")
+    };
+}
+
+/// Erases `user` through the API (repeated until answered) and reads the erasure's two times.
+async fn erase(api: &Api, ledger: &Ledger, pool: &PgPool, user: &str, deadline: Instant) -> Option<Erased> {
+    let path = format!("/v1/users/{user}/erasure");
+    let (answer, _) = api.until_answered(ledger, reqwest::Method::POST, &path, &api.admin, None, deadline).await;
+    if !matches!(answer, Some((200 | 202, _))) {
+        return None;
+    }
+    let (requested_at, committed_by): (i64, i64) = db_query_retry(|| {
+        sqlx::query_as(concat!(
+            "SELECT ",
+            epoch_micros!("requested_at"),
+            ", ",
+            epoch_micros!("clock_timestamp()"),
+            " FROM user_erasure WHERE user_digest = sha256(convert_to($1, 'UTF8'))"
+        ))
+        .bind(user)
+        .fetch_one(pool)
+    })
+    .await?;
+    Some(Erased {
+        user: user.to_owned(),
+        requested_at: system_time(requested_at),
+        committed_by: system_time(committed_by),
+    })
+}
+
+/// A regular user to erase: one with a call in flight now when there is one (the case the erasure must get
+/// right), else any regular user not erased yet — or, with `in_flight_only` (the control run), nobody.
+async fn erasure_victim(pool: &PgPool, rng: &mut Rng, erased: &[Erased], in_flight_only: bool) -> Option<String> {
+    let gone: Vec<&str> = erased.iter().map(|e| e.user.as_str()).collect();
+    let in_flight: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT user_id FROM delivery_task WHERE state = 'SENDING' AND user_id LIKE 'r%' AND channel IN ('push', 'sms')",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_default();
+    let fresh: Vec<String> = in_flight.into_iter().filter(|u| !gone.contains(&u.as_str())).collect();
+    if !fresh.is_empty() {
+        return Some(fresh[rng.below(fresh.len() as u64) as usize].clone());
+    }
+    let left: Vec<String> =
+        (0..REGULAR_USERS).map(|u| format!("r{u}")).filter(|u| !gone.contains(&u.as_str())).collect();
+    (!in_flight_only && !left.is_empty()).then(|| left[rng.below(left.len() as u64) as usize].clone())
+}
+
 async fn terminate_backends(pool: &PgPool, database: &str) -> anyhow::Result<u64> {
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
@@ -941,7 +1126,8 @@ async fn run_phases(
     fleet: &mut Fleet,
     started: Instant,
 ) -> anyhow::Result<Tally> {
-    let pool = connect(&options.admin_url, database, 2).await?;
+    let pool = connect(&options.admin_url, database, 3).await?;
+    keep_what_the_purge_removes(&pool).await?;
     fleet.spawn(Role::Serve)?;
     for _ in 0..options.workers {
         fleet.spawn(Role::Worker)?;
@@ -999,6 +1185,46 @@ async fn run_phases(
         let counter = Arc::clone(&submitted_count);
         submitters.push(tokio::spawn(Arc::clone(&setup).run(i, sub_rng, submit_end, counter)));
     }
+
+    // Erasures while submissions and calls are in flight (the control run erases more often: each erasure
+    // of a user with a call in flight is a chance for the planted claim to call again).
+    let eraser = {
+        let (api, ledger, pool) = (Arc::clone(&api), Arc::clone(&ledger), pool.clone());
+        let mut rng = Rng(rng.next());
+        let planted = options.plant == Some(Plant::ClaimIgnoresErasure);
+        let (every, most) = if planted { ((300, 1_000), 2 * MAX_ERASED) } else { ((6_000, 14_000), MAX_ERASED) };
+        tokio::spawn(async move {
+            let mut erased: Vec<Erased> = Vec::new();
+            loop {
+                tokio::time::sleep(rng.millis(every.0, every.1)).await;
+                if Instant::now() >= submit_end || erased.len() >= most {
+                    return erased;
+                }
+                let Some(user) = erasure_victim(&pool, &mut rng, &erased, planted).await else { continue };
+                if let Some(e) = erase(&api, &ledger, &pool, &user, answer_deadline).await {
+                    erased.push(e);
+                }
+            }
+        })
+    };
+    // The tables' sizes, sampled until the ledger is read.
+    let (sizes_stop, sizes_stopped) = tokio::sync::watch::channel(false);
+    let sizes = {
+        let pool = pool.clone();
+        let mut stopped = sizes_stopped;
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            loop {
+                if let Some(sample) = sample_sizes(&pool, started.elapsed()).await {
+                    samples.push(sample);
+                }
+                tokio::select! {
+                    _ = stopped.wait_for(|s| *s) => return samples,
+                    () = tokio::time::sleep(SIZE_EVERY) => {}
+                }
+            }
+        })
+    };
 
     // Faults and progress, until the fault phase ends.
     let restart_at = Instant::now() + options.faults_for / 2;
@@ -1100,9 +1326,13 @@ async fn run_phases(
         started.elapsed().as_secs_f64(),
         if settled { "settled" } else { "settle time is up" }
     );
+    sizes_stop.send_replace(true);
+    let sizes = sizes.await.unwrap_or_default();
+    let erased = eraser.await.unwrap_or_default();
     // Herald keeps running while the ledger is read: the API is one of its three records.
     let stops = faults.long_stop_spans.lock().expect("lock").clone();
-    let report = build_ledger(&api, &pool, standins, &ledger, &stops).await?;
+    let mut report = build_ledger(&api, &pool, standins, &ledger, &stops, &erased).await?;
+    report.sizes = sizes;
     Ok(print_ledger(&report, &ledger, &faults, standins))
 }
 
@@ -1165,13 +1395,19 @@ struct Report {
     queue_differences: Vec<String>,
     attempts_without_task: Vec<String>,
     rows_without_notification: Vec<String>,
+    /// Notifications the purge removed, judged from the soak's copy of their rows.
+    purged: usize,
+    erased_users: usize,
+    calls_after_erasure: Vec<String>,
+    parked_after_erasure: Vec<String>,
+    sizes: Vec<SizeSample>,
 }
 
 /// [`frozen_between_check_and_send`] for an `sms` task (queryable, no key: the stand-in's requests carry
 /// the task's reference).
 async fn frozen_holder(pool: &PgPool, standins: &StandIns, task: &TaskLine, stops: &[Stop]) -> anyhow::Result<bool> {
     let late: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT lease_owner, (extract(epoch FROM started_at) * 1000)::bigint FROM delivery_attempt \
+        "SELECT lease_owner, (extract(epoch FROM started_at) * 1000)::bigint FROM soak_all_delivery_attempt \
          WHERE task_id = $1 AND late_outcome = 'ACCEPTED' AND lease_owner IS NOT NULL",
     )
     .bind(task.task_id)
@@ -1202,6 +1438,7 @@ async fn build_ledger(
     standins: &StandIns,
     ledger: &Ledger,
     stops: &[Stop],
+    erased: &[Erased],
 ) -> anyhow::Result<Report> {
     let mut report = Report::default();
     let submitted: Vec<((String, String), Submitted)> = {
@@ -1213,15 +1450,16 @@ async fn build_ledger(
     // Herald's records from the database: inbox rows, digest membership, every task.
     // Keyed by the notifications' opaque ids, the only ids the API answers with.
     let inbox: HashSet<String> = sqlx::query_scalar(
-        "SELECT n.public_id::text FROM inbox_item i JOIN notification n ON n.user_id = i.user_id AND n.id = i.notification_id",
+        "SELECT n.public_id::text FROM soak_all_inbox_item i \
+         JOIN soak_all_notification n ON n.user_id = i.user_id AND n.id = i.notification_id",
     )
     .fetch_all(pool)
     .await?
     .into_iter()
     .collect();
     let members: HashSet<(String, String)> = sqlx::query(
-        "SELECT n.public_id::text, m.channel FROM digest_member m \
-         JOIN notification n ON n.user_id = m.user_id AND n.id = m.notification_id",
+        "SELECT n.public_id::text, m.channel FROM soak_all_digest_member m \
+         JOIN soak_all_notification n ON n.user_id = m.user_id AND n.id = m.notification_id",
     )
     .fetch_all(pool)
     .await?
@@ -1229,7 +1467,7 @@ async fn build_ledger(
     .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
     .collect();
     let per_key: Vec<(String, String, i64)> =
-        sqlx::query("SELECT user_id, event_key, count(*) FROM notification GROUP BY 1, 2 HAVING count(*) > 1")
+        sqlx::query("SELECT user_id, event_key, count(*) FROM soak_all_notification GROUP BY 1, 2 HAVING count(*) > 1")
             .fetch_all(pool)
             .await?
             .iter()
@@ -1259,6 +1497,8 @@ async fn build_ledger(
     let unsettled = sqlx::query(
         "SELECT id, channel, state, attempt_count FROM delivery_task WHERE NOT (state IN ('SENT', 'FAILED', 'SUPPRESSED') \
          OR (state = 'UNKNOWN' AND needs_review AND next_attempt_at IS NULL) \
+         OR (state = 'UNKNOWN' AND outcome_uncertain AND NOT needs_review AND next_attempt_at IS NULL \
+             AND EXISTS (SELECT 1 FROM user_erasure e WHERE e.user_digest = sha256(convert_to(user_id, 'UTF8')))) \
          OR (digest_count IS NOT NULL AND state = 'PENDING' AND next_attempt_at > now() + interval '10 minutes')) \
          ORDER BY id",
     )
@@ -1274,7 +1514,7 @@ async fn build_ledger(
         ));
     }
     let instants: Vec<(String, String, String, Option<i32>)> = sqlx::query(
-        "SELECT user_id, thread_key, reference::text, digest_count FROM delivery_task \
+        "SELECT user_id, thread_key, reference::text, digest_count FROM soak_all_delivery_task \
          WHERE channel = 'digest' AND thread_key IS NOT NULL",
     )
     .fetch_all(pool)
@@ -1307,6 +1547,30 @@ async fn build_ledger(
         api.until_answered(ledger, reqwest::Method::GET, "/v1/review?limit=1000", &api.admin, None, deadline).await
     {
         report.parked_api = review["tasks"].as_array().map_or(0, Vec::len);
+    }
+    // What the purge removed answers 404 now: its view is rebuilt from the soak's copy of its rows, in the
+    // API's shape. A notification still stored is judged by its API view only.
+    let purged: Vec<(String, Value)> = sqlx::query(
+        "SELECT n.public_id::text, json_build_object('user_id', n.user_id, 'event_key', n.event_key, 'tasks', \
+           COALESCE((SELECT json_agg(json_build_object('task_id', t.id, 'channel', t.channel, 'state', t.state, \
+             'parked', t.state = 'UNKNOWN' AND t.needs_review AND t.next_attempt_at IS NULL, \
+             'reference', t.reference::text, 'attempts', \
+             COALESCE((SELECT json_agg(json_build_object('outcome', a.outcome, 'late_outcome', a.late_outcome) \
+                 ORDER BY a.attempt_no) \
+               FROM soak_gone_delivery_attempt a WHERE a.user_id = t.user_id AND a.task_id = t.id), '[]'::json))) \
+             FROM soak_gone_delivery_task t WHERE t.user_id = n.user_id AND t.notification_id = n.id), '[]'::json)) \
+         FROM soak_gone_notification n",
+    )
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect();
+    for (id, view) in purged {
+        if let std::collections::hash_map::Entry::Vacant(entry) = views.entry(id) {
+            report.purged += 1;
+            entry.insert(view);
+        }
     }
 
     // Lost and logical duplicates, from what the driver submitted.
@@ -1472,7 +1736,7 @@ async fn build_ledger(
     // Web Push: a subscription the push service said is gone (410, the only REJECTED its chaos draws) is
     // switched off and marked expired for that user.
     let gone: Vec<(i64, String)> = sqlx::query(
-        "SELECT DISTINCT t.id, t.user_id FROM delivery_attempt a JOIN delivery_task t ON t.id = a.task_id \
+        "SELECT DISTINCT t.id, t.user_id FROM soak_all_delivery_attempt a JOIN soak_all_delivery_task t ON t.id = a.task_id \
          JOIN channel_pref p ON p.user_id = t.user_id AND p.channel = t.channel \
          WHERE t.channel = 'webpush' AND 'REJECTED' IN (a.outcome, a.late_outcome) \
          AND (p.enabled OR p.destination_expired_at IS NULL) ORDER BY t.id",
@@ -1486,6 +1750,25 @@ async fn build_ledger(
         report.gone_still_on.push(format!("task {task}: 410 but the user's webpush channel is still on"));
     }
 
+    report.erased_users = erased.len();
+    report.calls_after_erasure = calls_after_erasure(pool, standins, &tasks, erased).await?;
+    // Nothing waits for a person on behalf of an erased user: the erasure releases what was parked, and a
+    // claim after it closes the task (with its destination destroyed, a claim that did not see the erasure
+    // would park an uncertain task as "switched off" instead).
+    let erased_users: Vec<String> = erased.iter().map(|e| e.user.clone()).collect();
+    report.parked_after_erasure = sqlx::query_as::<_, (i64, String, String, Option<String>)>(
+        "SELECT id, user_id, channel, last_error FROM delivery_task \
+         WHERE user_id = ANY($1) AND state = 'UNKNOWN' AND needs_review AND next_attempt_at IS NULL ORDER BY id",
+    )
+    .bind(&erased_users)
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|(id, user, channel, reason)| {
+        format!("task {id} ({channel}) of erased user {user} parked: {}", reason.unwrap_or_default())
+    })
+    .collect();
+
     // Egress interval at the stand-in: every gap between send requests of the slow channel.
     let mut times = standins.slow.request_times();
     times.sort();
@@ -1497,6 +1780,132 @@ async fn build_ledger(
         }
     }
     Ok(report)
+}
+
+/// "No call for an erased user after its erasure committed", from the stand-ins' record of each call's
+/// arrival: a push or sms request for a task of an erased user that arrived after `committed_by` (with
+/// [`CLOCK_SLACK`]) is a violation unless a call already in flight at the commit explains it — an attempt
+/// (`SEND`) of that task that began before `committed_by`, while the arrival lies in its span: from its
+/// start until its finish (a few milliseconds after it: the request reaches the stand-in before its answer
+/// is recorded), or without end when it never finished or was superseded (a frozen holder may still send
+/// when it is continued; erasure does not recall a call that left). Each attempt explains one arrival.
+///
+/// Herald's own record is read too: an attempt that called the channel (`SEND` or `QUERY`) for an erased
+/// user and began after `committed_by` is a claim that ran after the commit and did not see the erasure.
+/// The stand-ins only record the requests they accepted, and a query is not a send; the attempt rows see
+/// every call.
+async fn calls_after_erasure(
+    pool: &PgPool,
+    standins: &StandIns,
+    tasks: &[TaskLine],
+    erased: &[Erased],
+) -> anyhow::Result<Vec<String>> {
+    const END_SLACK: Duration = Duration::from_millis(20);
+    let mut violations = Vec::new();
+    let messages: Vec<(&str, herald_standin::Received)> = [("push", &standins.push), ("sms", &standins.sms)]
+        .into_iter()
+        .flat_map(|(name, standin)| standin.messages().into_iter().map(move |m| (name, m)))
+        .collect();
+    for e in erased {
+        let after = (e.committed_by + CLOCK_SLACK).duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let claimed: Vec<(i64, String, String, i64)> = sqlx::query_as(
+            "SELECT t.id, t.channel, a.action, count(*) FROM soak_all_delivery_attempt a \
+             JOIN soak_all_delivery_task t ON t.user_id = a.user_id AND t.id = a.task_id \
+             WHERE a.user_id = $1 AND a.action IS NOT NULL AND a.started_at > to_timestamp($2::float8 / 1000000) \
+             GROUP BY 1, 2, 3 ORDER BY 1",
+        )
+        .bind(&e.user)
+        .bind(i64::try_from(after.as_micros()).unwrap_or(i64::MAX))
+        .fetch_all(pool)
+        .await?;
+        for (task, channel, action, n) in claimed {
+            violations.push(format!(
+                "task {task} ({channel}): {n} {action} call(s) claimed after the erasure of user {} committed \
+                 (Herald's attempt rows)",
+                e.user
+            ));
+        }
+        for task in tasks.iter().filter(|t| t.user == e.user && (t.channel == "push" || t.channel == "sms")) {
+            let mut late: Vec<SystemTime> = messages
+                .iter()
+                .filter(|(name, m)| {
+                    *name == task.channel
+                        && m.reference.as_deref() == Some(task.reference.as_str())
+                        && m.at > e.committed_by + CLOCK_SLACK
+                })
+                .map(|(_, m)| m.at)
+                .collect();
+            if late.is_empty() {
+                continue;
+            }
+            late.sort();
+            let before = (e.committed_by + CLOCK_SLACK).duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            let spans: Vec<(i64, Option<i64>)> = sqlx::query_as(concat!(
+                "SELECT ",
+                epoch_micros!("started_at"),
+                ", CASE WHEN outcome = 'LEASE_EXPIRED' THEN NULL ELSE ",
+                epoch_micros!("finished_at"),
+                " END FROM soak_all_delivery_attempt WHERE user_id = $1 AND task_id = $2 AND action = 'SEND' \
+                 AND started_at < to_timestamp($3::float8 / 1000000) ORDER BY started_at"
+            ))
+            .bind(&task.user)
+            .bind(task.task_id)
+            .bind(i64::try_from(before.as_micros()).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await?;
+            let mut spans: Vec<(SystemTime, Option<SystemTime>)> =
+                spans.into_iter().map(|(from, to)| (system_time(from), to.map(system_time))).collect();
+            let unexplained = late
+                .iter()
+                .filter(|&&at| {
+                    let fits = spans
+                        .iter()
+                        .position(|&(from, to)| from <= at + CLOCK_SLACK && to.is_none_or(|to| at <= to + END_SLACK));
+                    fits.map(|i| spans.remove(i)).is_none()
+                })
+                .count();
+            if unexplained > 0 {
+                let window = e.committed_by.duration_since(e.requested_at).unwrap_or_default();
+                violations.push(format!(
+                    "{}: {unexplained} arrival(s) after the erasure of user {} committed (requested {} ms before \
+                     the commit was seen), not a call in flight then",
+                    describe(task),
+                    e.user,
+                    window.as_millis()
+                ));
+            }
+        }
+    }
+    Ok(violations)
+}
+
+/// The sizes sampled while the soak ran, and the bound they follow from. A finished notification leaves
+/// with its tasks and attempts once it is [`FINISHED_AFTER`] old and the next purge pass has run, so at any
+/// time `delivery_task` holds at most the tasks made in the last `W = FINISHED_AFTER + longest time to
+/// finish + overdue_after()` plus those still waiting (parked: never purged): with `R` tasks made per
+/// second, about `R × W` rows, whatever the length of the run; `delivery_attempt` at most `max_attempts`
+/// plus two (the claim's settlement, the erasure's) times that. The checks above are that bound's premise,
+/// measured: no row of a notification past the window is left at any sample.
+fn print_sizes(sizes: &[SizeSample], purged: usize) {
+    let (Some(first), Some(last)) = (sizes.first(), sizes.last()) else { return };
+    let span = (last.at.saturating_sub(first.at)).as_secs_f64().max(1.0);
+    let rate = (last.created - first.created) as f64 / span;
+    let window = (FINISHED_AFTER + overdue_after()).as_secs_f64();
+    let max_tasks = sizes.iter().map(|s| s.tasks).max().unwrap_or(0);
+    let max_attempts = sizes.iter().map(|s| s.attempts).max().unwrap_or(0);
+    let every: Vec<String> = sizes
+        .iter()
+        .step_by((sizes.len() / 12).max(1))
+        .map(|s| format!("{}s:{}/{}", s.at.as_secs(), s.tasks, s.attempts))
+        .collect();
+    println!(
+        "soak: sizes tasks/attempts every {} s: {} | max {max_tasks}/{max_attempts} | {} tasks made, {rate:.1}/s × \
+         window {window:.0} s ≈ {:.0} rows | purged notifications judged from the soak's copy {purged}",
+        SIZE_EVERY.as_secs(),
+        every.join(" "),
+        last.created,
+        rate * window
+    );
 }
 
 /// How many checks passed and failed.
@@ -1614,6 +2023,42 @@ fn print_ledger(report: &Report, ledger: &Ledger, faults: &Faults, standins: &St
         ok,
         &report.rows_without_notification,
     );
+    let (v, ok) = count(&report.calls_after_erasure);
+    check(
+        &format!("no call for an erased user after its erasure committed ({} erased)", report.erased_users),
+        v,
+        ok,
+        &report.calls_after_erasure,
+    );
+    let (v, ok) = count(&report.parked_after_erasure);
+    check("erased users: tasks parked for a person after the erasure", v, ok, &report.parked_after_erasure);
+    print_sizes(&report.sizes, report.purged);
+    let overdue_tasks = report.sizes.iter().map(|s| s.overdue_tasks).max().unwrap_or(0);
+    let overdue_attempts = report.sizes.iter().map(|s| s.overdue_attempts).max().unwrap_or(0);
+    let late: Vec<String> = report
+        .sizes
+        .iter()
+        .filter(|s| s.overdue_tasks > 0 || s.overdue_attempts > 0)
+        .map(|s| format!("at {} s: {} tasks, {} attempts overdue", s.at.as_secs(), s.overdue_tasks, s.overdue_attempts))
+        .collect();
+    check(
+        "retention: delivery_task rows past the window, max over samples",
+        overdue_tasks.to_string(),
+        overdue_tasks == 0 && !report.sizes.is_empty(),
+        &late,
+    );
+    check(
+        "retention: delivery_attempt rows past the window, max over samples",
+        overdue_attempts.to_string(),
+        overdue_attempts == 0 && !report.sizes.is_empty(),
+        &[],
+    );
+    check(
+        "retention: finished notifications the purge removed during the run",
+        report.purged.to_string(),
+        report.purged > 0,
+        &[],
+    );
     let min_gap = report.egress_min_gap.map_or("-".to_owned(), |g| format!("{} ms", g.as_millis()));
     check(
         &format!("egress interval: gaps between slow sends >= {} ms (min gap)", SLOW_INTERVAL.as_millis()),
@@ -1652,11 +2097,15 @@ struct PlantedStore {
 #[async_trait]
 impl DeliveryStore for PlantedStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        if self.plant == Plant::ClaimIgnoresErasure {
+            return herald_postgres::negative::claim_ignoring_erasure(&self.pg, request).await;
+        }
         self.inner.claim(request).await
     }
 
     async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError> {
         match self.plant {
+            Plant::ClaimIgnoresErasure => self.inner.finish(record).await,
             Plant::FinishWithoutToken => {
                 herald_postgres::negative::finish_by_id_only(&self.pg, record).await?;
                 Ok(FinishResult::Applied)
@@ -1739,7 +2188,7 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all, ["digest", "mail", "miao", "push", "slow", "sms", "webpush"]);
-        for plant in [Plant::FinishWithoutToken, Plant::RefusalAfterUncertaintyFailed] {
+        for plant in [Plant::FinishWithoutToken, Plant::RefusalAfterUncertaintyFailed, Plant::ClaimIgnoresErasure] {
             assert_eq!(Plant::parse(plant.name()).ok(), Some(plant));
         }
     }
