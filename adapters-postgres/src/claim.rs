@@ -227,15 +227,8 @@ pub(crate) async fn claim(
     let generation = plan_generation(claimed.load(Ordering::Relaxed));
     let mut tx = pool.begin().await.map_err(store_error)?;
     let (limited, spacing) = egress_spacing(&request.channels);
-    let rows: Vec<ClaimRow> = sqlx::query_as(&planned(&claim_text(request.limit), generation))
-        .bind(to_db(request.now))
-        .bind(channel_names(&request.channels))
-        .bind(i64::from(request.limit))
-        .bind(&limited)
-        .bind(&spacing)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(store_error)?;
+    let rows = claim_query_rows(&mut tx, &planned(&claim_text(request.limit), generation), request, &limited, &spacing)
+        .await?;
     claimed.fetch_add(u64::try_from(rows.len()).unwrap_or(u64::MAX), Ordering::Relaxed);
     let mut batch = claim_rows(&mut tx, rows, request, generation).await?;
     let taken = batch.claimed.len() + batch.settled.len() + batch.deferred.len();
@@ -247,6 +240,25 @@ pub(crate) async fn claim(
     }
     tx.commit().await.map_err(store_error)?;
     Ok(batch)
+}
+
+/// Runs `text` — the claim query, or a negative control's variant of it — with the claim's parameters.
+pub(crate) async fn claim_query_rows(
+    conn: &mut PgConnection,
+    text: &str,
+    request: &ClaimRequest,
+    limited: &[String],
+    spacing: &[i64],
+) -> Result<Vec<ClaimRow>, StoreError> {
+    sqlx::query_as(text)
+        .bind(to_db(request.now))
+        .bind(channel_names(&request.channels))
+        .bind(i64::from(request.limit))
+        .bind(limited)
+        .bind(spacing)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(store_error)
 }
 
 /// Which plans of the claim's statements and the batched finish a connection uses, from the rows this

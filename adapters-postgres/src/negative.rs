@@ -68,15 +68,8 @@ fn claim_query_ignoring_erasure(limit: u32) -> Result<String, StoreError> {
 pub async fn claim_ignoring_erasure(store: &PgStore, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
     let (limited, spacing) = egress_spacing(&request.channels);
     let mut tx = store.pool().begin().await.map_err(store_error)?;
-    let rows: Vec<ClaimRow> = sqlx::query_as(&claim_query_ignoring_erasure(request.limit)?)
-        .bind(to_db(request.now))
-        .bind(channel_names(&request.channels))
-        .bind(i64::from(request.limit))
-        .bind(&limited)
-        .bind(&spacing)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(store_error)?;
+    let text = claim_query_ignoring_erasure(request.limit)?;
+    let rows = crate::claim::claim_query_rows(&mut tx, &text, request, &limited, &spacing).await?;
     let batch = claim_rows(&mut tx, rows, request, 0).await?;
     tx.commit().await.map_err(store_error)?;
     Ok(batch)
