@@ -472,6 +472,16 @@ impl Herald {
     /// finished row. Checks that every task was sent once with one attempt row. The WAL written meanwhile
     /// is kept for [`Herald::take_wal`].
     pub async fn drain(&mut self, notifications: u64, sizing: Sizing) -> anyhow::Result<Drain> {
+        self.drain_with(notifications, sizing, &[]).await
+    }
+
+    /// [`Herald::drain`] with `extra` environment for the workers (the purge's drain: its retention).
+    pub async fn drain_with(
+        &mut self,
+        notifications: u64,
+        sizing: Sizing,
+        extra: &[(String, String)],
+    ) -> anyhow::Result<Drain> {
         let first = self.backlog(notifications, &["push", "sms"]).await?;
         self.vacuum_queue().await?;
         sqlx::query("ANALYZE delivery_task").execute(&self.pool).await?;
@@ -486,7 +496,7 @@ impl Herald {
         let start = wal::mark(&self.pool).await?;
         let before = cpu::snapshot();
         let base = self.standins.drained();
-        let pids: HashSet<u32> = self.workers(sizing, &[])?.into_iter().collect();
+        let pids: HashSet<u32> = self.workers(sizing, extra)?.into_iter().collect();
         let secs = self.wait_drained(first, tasks, base, Duration::from_secs(900)).await?;
         let cpu = cpu::split(&before, &cpu::snapshot(), &pids, "");
         self.last_wal = Some(wal::since(&self.pool, &start, self.inspect_wal).await?);
@@ -792,6 +802,26 @@ impl Herald {
             progress(format!("no CHECKPOINT after the history ({error}): its write-out may overlap the drain"));
         }
         Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// Ages every finished notification made so far (the earlier phases' and the history's) past a one-day
+    /// window, so that all of them are expired for the purge's drain: the expired rows are then the oldest
+    /// ids, as in an installation, where a row's id and its creation time grow together (the purge pages by
+    /// id and stops at the first young page). Answers how many tasks are expired.
+    pub async fn expire_everything(&self) -> anyhow::Result<i64> {
+        sqlx::query("UPDATE notification SET created_at = now() - interval '2 days' WHERE created_at > now() - interval '1 day'")
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("VACUUM (ANALYZE) notification").execute(&self.pool).await?;
+        // The earlier phases' processes are gone, but the last of them to purge still holds the purge's lease
+        // for three of its (default, one-minute) intervals: the drain's workers would wait that long.
+        sqlx::query("DELETE FROM lifecycle_lease WHERE job = 'purge'").execute(&self.pool).await?;
+        Ok(sqlx::query_scalar("SELECT count(*) FROM delivery_task").fetch_one(&self.pool).await?)
+    }
+
+    /// Tasks stored now (after the purge's drain: how many it left).
+    pub async fn stored_tasks(&self) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM delivery_task").fetch_one(&self.pool).await?)
     }
 
     /// Worker RSS with `in_flight` calls held open by the `slow` stand-in: one `herald worker` with

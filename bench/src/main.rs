@@ -33,9 +33,9 @@ use nix::fcntl::{Flock, FlockArg};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::herald::{Herald, Sizing};
+use crate::herald::{Drain, Herald, Sizing};
 use crate::peers::Peers;
-use crate::report::{Figures, Machine};
+use crate::report::{Figures, Machine, Purge};
 
 /// The batch of the pgbench script of Herald's SQL, as the drains' workers claim.
 const PGBENCH_BATCH: u32 = 32;
@@ -508,6 +508,7 @@ async fn run_rest(plan: &Plan, herald: &mut Herald, figures: &mut Figures, sizin
         say(format!("Herald drain, {} finished tasks in the tables: {:.0}/s", plan.history, d.rate()));
         figures.drain_history = Some(d);
         figures.wal_history = report_wal(herald, d.tasks, "drain with history");
+        figures.purge = Some(purge_drain(plan, herald, sizing, d).await?);
         if let Some(c) = d.cpu {
             let per = |secs: f64| secs * 1000.0 / d.tasks.max(1) as f64;
             say(format!(
@@ -529,6 +530,30 @@ async fn run_rest(plan: &Plan, herald: &mut Herald, figures: &mut Figures, sizin
     ));
     figures.rss = Some(rss);
     Ok(())
+}
+
+/// The drain while the workers purge the expired rows (issue 42): every finished row so far — the history
+/// and the earlier phases' — is aged past a one-day window, and the same drain runs again with
+/// `retention.finished_after = 1d` (interval 1 s, the default batch), so one worker process holds the
+/// purge's lease and removes them in bounded batches while the others deliver. Compared with the drain
+/// with history just before it (the same rows, not purged), in this run.
+async fn purge_drain(plan: &Plan, herald: &mut Herald, sizing: Sizing, without: Drain) -> anyhow::Result<Purge> {
+    let expired = herald.expire_everything().await?;
+    let extra = [
+        ("HERALD__RETENTION__FINISHED_AFTER".to_owned(), "1d".to_owned()),
+        ("HERALD__RETENTION__INTERVAL".to_owned(), "1s".to_owned()),
+    ];
+    let d = herald.drain_with(plan.notifications, sizing, &extra).await?;
+    let left = herald.stored_tasks().await? - i64::try_from(d.tasks)?;
+    let purge = Purge { expired, removed: (expired - left).max(0), drain: d };
+    say(format!(
+        "Herald drain while purging {expired} expired tasks: {:.0}/s, {} removed meanwhile ({:.0}/s); ÷ the drain with history, not purging: {:.2}×",
+        d.rate(),
+        purge.removed,
+        purge.removed as f64 / d.secs.max(0.001),
+        d.rate() / without.rate()
+    ));
+    Ok(purge)
 }
 
 /// Holds an exclusive lock on `workdir/.lock` for the life of the run; fails at once when another run
