@@ -286,6 +286,7 @@ pub fn status_words(channel: &InboxChannel) -> String {
         (status = 400, description = "A cursor this list did not give", body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The user was erased: nothing of theirs is answered and nothing was written", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_inbox(
@@ -466,6 +467,7 @@ pub async fn export_user(
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such item in this user's inbox", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The user was erased: nothing of theirs is answered and nothing was written", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn mark_read(
@@ -504,6 +506,7 @@ pub async fn mark_read(
         (status = 201, body = SignInLinkBody),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not a service or admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The user was erased: nothing of theirs is answered and nothing was written", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn create_sign_in_link(

@@ -148,6 +148,7 @@ fn with_retry_after(problem: Problem, seconds: u64) -> Response {
         (status = 422, body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The user's test-send quota on this channel is spent (`test-send-quota`), or real deliveries come first on this rate-limited channel (`too-soon`); see `Retry-After`",
          body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The user was erased: nothing of theirs is answered and nothing was written", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn test_send(
@@ -191,6 +192,7 @@ pub async fn test_send(
         (status = 409, description = "No destination stored, or no accepted test send to the stored destination",
          body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The user was erased: nothing of theirs is answered and nothing was written", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn confirm(
