@@ -254,6 +254,19 @@ impl Browser {
         self.page().await
     }
 
+    /// At the provider's login page (oidc-provider's, any password): signs in as `login`.
+    async fn at_provider_sign_in_as(&self, field: fantoccini::elements::Element, login: &str) {
+        field.send_keys(login).await.expect("type");
+        self.client
+            .find(Locator::Css("input[name=password]"))
+            .await
+            .expect("password")
+            .send_keys("any")
+            .await
+            .expect("type");
+        self.client.find(Locator::Css("button[type=submit]")).await.expect("submit").click().await.expect("click");
+    }
+
     async fn screenshot(&self, name: &str) -> PathBuf {
         let png = self.client.screenshot().await.expect("screenshot");
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
@@ -1023,9 +1036,9 @@ async fn journey_an_operator_signs_in_at_the_identity_provider_with_the_role_it_
     }
     let _one = serial().await;
     let world = World::new(ClockMode::Manual).await.expect("world");
-    let (api, _provider) = Api::start_with_oidc(&world, &[("li", User::new("Li Wei", &["staff", "herald-resolvers"]))])
-        .await
-        .expect("Herald with oidc-provider");
+    let users =
+        [("li", User::new("Li Wei", &["staff", "herald-resolvers"])), ("zhao", User::new("Zhao Min", &["staff"]))];
+    let (api, _provider) = Api::start_with_oidc(&world, &users).await.expect("Herald with oidc-provider");
     let (notification, task) = parked(&world, &api, "oidc-u1", "ord-oidc").await;
     let b = Browser::start(&api.base, "en-US", secrets(&["oidc-u1"])).await;
 
@@ -1038,9 +1051,7 @@ async fn journey_an_operator_signs_in_at_the_identity_provider_with_the_role_it_
     let at = b.client.current_url().await.expect("url");
     assert_ne!(at.port(), reqwest::Url::parse(&api.base).expect("base").port(), "at the provider: {at}");
     b.screenshot("61-identity-provider-login.png").await;
-    login.send_keys("li").await.expect("type");
-    b.client.find(Locator::Css("input[name=password]")).await.expect("password").send_keys("any").await.expect("type");
-    b.client.find(Locator::Css("button[type=submit]")).await.expect("submit").click().await.expect("click");
+    b.at_provider_sign_in_as(login, "li").await;
     herald_tests::wait::wait_until("back in the console", || async { b.path().await == "/console/overview" }).await;
     let page = b.page().await;
     assert!(page.contains(r#"<strong id="operator-name">Li Wei</strong> · role: resolver"#), "{page}");
@@ -1063,6 +1074,39 @@ async fn journey_an_operator_signs_in_at_the_identity_provider_with_the_role_it_
     let actions: Vec<&str> =
         audit["events"].as_array().expect("events").iter().map(|e| e["action"].as_str().unwrap_or("")).collect();
     assert_eq!(actions, ["sign_out", "mark_sent", "sign_in"], "{audit}");
-    println!("journey identity-provider sign-in: passed");
     b.close().await;
+
+    // The same in Chinese, chosen with the console's language switch on the sign-in page (a new browser:
+    // the provider remembers who signed in at it).
+    let zh = Browser::start(&api.base, "en-US", secrets(&["oidc-u1"])).await;
+    zh.goto("/console/login").await;
+    let page = zh.click("a.lang").await;
+    assert!(page.contains("通过Test IdP登录") && page.contains("或使用令牌登录："), "{page}");
+    zh.screenshot("64-sign-in-with-identity-provider-zh.png").await;
+    zh.client.find(Locator::Css("#oidc-sign-in")).await.expect("the button").click().await.expect("click");
+    let login = zh.client.wait().for_element(Locator::Css("input[name=login]")).await.expect("the provider's form");
+    zh.at_provider_sign_in_as(login, "li").await;
+    herald_tests::wait::wait_until("back in the console", || async { zh.path().await == "/console/overview" }).await;
+    let page = zh.page().await;
+    assert!(page.contains(r#"已登录：<strong id="operator-name">Li Wei</strong> · 角色：处理者"#), "{page}");
+    zh.screenshot("65-signed-in-from-the-identity-provider-zh.png").await;
+    let page = zh.goto("/console/audit").await;
+    assert!(page.contains("查看审计记录") && page.contains("角色“处理者”"), "{page}");
+    zh.screenshot("66-identity-provider-operator-refused-zh.png").await;
+    zh.close().await;
+
+    // Signed in at the provider without a role Herald maps: refused, named, in Chinese; nothing opened.
+    let none = Browser::start(&api.base, "zh-CN", secrets(&["oidc-u1"])).await;
+    none.goto("/console/login").await;
+    none.client.find(Locator::Css("#oidc-sign-in")).await.expect("the button").click().await.expect("click");
+    let login = none.client.wait().for_element(Locator::Css("input[name=login]")).await.expect("the provider's form");
+    none.at_provider_sign_in_as(login, "zhao").await;
+    herald_tests::wait::wait_until("back at Herald", || async { none.path().await == "/console/oidc/callback" }).await;
+    let page = none.page().await;
+    assert!(page.contains("未登录") && page.contains("您已在身份提供方登录为 Zhao Min"), "{page}");
+    none.screenshot("67-identity-provider-no-role-zh.png").await;
+    none.goto("/console/overview").await;
+    assert_eq!(none.path().await, "/console/login", "no session was opened");
+    none.close().await;
+    println!("journey identity-provider sign-in (English and Chinese): passed");
 }

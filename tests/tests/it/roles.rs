@@ -198,7 +198,7 @@ async fn the_console_names_the_operator_and_their_role_in_both_languages() {
     assert!(page.body.contains(shown), "{}", page.body);
     let page = console.get("/console/overview?lang=zh").await;
     assert!(
-        page.body.contains(r#"已登录： <strong id="operator-name">day resolver</strong> · 角色：处理者"#),
+        page.body.contains(r#"已登录：<strong id="operator-name">day resolver</strong> · 角色：处理者"#),
         "{}",
         page.body
     );

@@ -108,6 +108,7 @@ pub struct Words {
     pub nav_channels: &'static str,
     pub sign_out: &'static str,
     pub signed_in_as_operator: &'static str,
+    /// Before the name, with the space it needs (none after a full-width colon).
     pub signed_in_as_user: &'static str,
 
     pub signin_title: &'static str,
@@ -339,7 +340,7 @@ pub static EN: Words = Words {
     nav_channels: "Channels",
     sign_out: "Sign out",
     signed_in_as_operator: "role: {role}",
-    signed_in_as_user: "Signed in as",
+    signed_in_as_user: "Signed in as ",
 
     signin_title: "Sign in",
     signin_intro: "Sign in with the access token you were given. If you were sent a personal sign-in link, open that link instead.",

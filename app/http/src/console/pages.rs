@@ -84,10 +84,10 @@ pub fn layout(frame: Frame<'_>, content: Markup) -> Markup {
                         span.who {
                             @match &session.role {
                                 Role::Operator(actor) => {
-                                    (w.signed_in_as_user) " " strong #operator-name { (actor.name) }
+                                    (w.signed_in_as_user) strong #operator-name { (actor.name) }
                                     " · " (fill(w.signed_in_as_operator, &[("role", frame.lang.roles().role(actor.role))]))
                                 }
-                                Role::User(user) => { (w.signed_in_as_user) " " (user) }
+                                Role::User(user) => { (w.signed_in_as_user) (user) }
                             }
                         }
                         form.inline method="post" action="/console/logout" {
