@@ -147,6 +147,9 @@ pub enum Found {
     Ended(SessionEnd),
     /// No such session (never opened, ended before, or not an id at all).
     None,
+    /// An operator's session opened at the identity provider, which cannot be reached to confirm it now:
+    /// this request is refused, the session kept.
+    ProviderUnavailable,
 }
 
 /// The session a cookie names, judged at the store's `now`: one ended before says why; one that no longer
@@ -195,7 +198,7 @@ pub async fn find(
                     Err(error) => {
                         // The provider cannot say: refuse this request, keep the session.
                         tracing::warn!(%error, "the identity provider could not confirm a console session");
-                        return Err(StoreError::Unavailable(anyhow::anyhow!("the identity provider is unavailable")));
+                        return Ok(Found::ProviderUnavailable);
                     }
                 }
             }

@@ -155,6 +155,17 @@ impl OidcPeer {
     }
 }
 
+impl OidcPeer {
+    /// Stops the provider (and waits until it is gone): it cannot be reached after this.
+    ///
+    /// # Errors
+    /// The process could not be stopped.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+}
+
 impl Drop for OidcPeer {
     fn drop(&mut self) {
         let _ = self.child.start_kill();

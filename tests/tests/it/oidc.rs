@@ -177,3 +177,40 @@ async fn a_demotion_at_the_provider_applies_at_the_next_request_and_a_removal_en
     let (status, location, _) = get(&api, "/console/overview", &cookie).await;
     assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console/login?ended=provider_withdrew"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_cannot_be_reached_is_named_and_the_session_is_kept() {
+    let (world, api, mut peer) = start(&[("li", User::new("Li Wei", &["herald-resolvers"]))]).await;
+    let walk = peer.sign_in(&api.base, "li").await.expect("sign-in");
+    assert_eq!(walk.status, StatusCode::OK, "{}", walk.body);
+    let cookie = session_cookie(&walk.herald_cookies);
+    let (status, _, _) = get(&api, "/console/overview", &cookie).await;
+    assert_eq!(status, StatusCode::OK);
+
+    peer.stop().await.expect("stop the provider");
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    for (lang, words) in [("en", "The identity provider cannot be reached"), ("zh", "暂时无法连接身份提供方")]
+    {
+        let answer = client
+            .get(format!("{}/console/overview?lang={lang}", api.base))
+            .header(COOKIE, &cookie)
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let removes_session = answer
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .any(|v| v.to_str().unwrap_or_default().starts_with("herald_session="));
+        assert!(!removes_session, "the session cookie is kept");
+        let page = answer.text().await.expect("body");
+        assert!(page.contains(words), "the provider is named: {page}");
+        assert!(!page.contains("database") && !page.contains("数据库"), "not blamed on the store: {page}");
+    }
+    assert_eq!(
+        count(&world, "SELECT count(*) FROM console_session WHERE operator_subject = 'li' AND ended_at IS NULL").await,
+        1,
+        "the session is kept"
+    );
+}

@@ -119,10 +119,20 @@ pub struct Ctx {
     pub session: Option<Session>,
     /// The session this request's cookie named was over, and has been ended now.
     pub ended: Option<SessionEnd>,
-    /// The session could not be looked up (the store is down).
-    pub unavailable: bool,
+    /// The session could not be looked up (the store is down) or confirmed (the identity provider cannot
+    /// be reached).
+    pub unavailable: Option<Unavailable>,
     pub cookies: CookieRules,
     pub here: String,
+}
+
+/// Why a request's session could not be judged: each has its own words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unavailable {
+    /// The store did not answer.
+    Store,
+    /// The identity provider that vouches for an operator's session could not be reached.
+    Provider,
 }
 
 impl FromRequestParts<ApiState> for Ctx {
@@ -139,11 +149,12 @@ impl FromRequestParts<ApiState> for Ctx {
         let (session, ended, unavailable) = match found {
             Ok(Found::Live(stored)) => {
                 let operator = state.auth.operator_of(&stored.credential);
-                (Session::new(stored, operator), None, false)
+                (Session::new(stored, operator), None, None)
             }
-            Ok(Found::Ended(end)) => (None, Some(end), false),
-            Ok(Found::None) => (None, None, false),
-            Err(()) => (None, None, true),
+            Ok(Found::Ended(end)) => (None, Some(end), None),
+            Ok(Found::None) => (None, None, None),
+            Ok(Found::ProviderUnavailable) => (None, None, Some(Unavailable::Provider)),
+            Err(()) => (None, None, Some(Unavailable::Store)),
         };
         let here = here(parts.uri.path(), query);
         Ok(Ctx {
@@ -266,10 +277,14 @@ impl Ctx {
     }
 
     /// The sign-in page, saying why when the session just ended (and removing its cookie then), or a 503
-    /// when the session could not be looked up.
+    /// when the session could not be looked up or confirmed (the cookie kept: the session still stands).
     fn to_signin(&self) -> Response {
-        if self.unavailable {
-            return self.store_down();
+        match self.unavailable {
+            Some(Unavailable::Store) => return self.store_down(),
+            Some(Unavailable::Provider) => {
+                return self.message(StatusCode::SERVICE_UNAVAILABLE, self.lang.oidc().standing_unavailable)
+            }
+            None => {}
         }
         match self.ended {
             Some(end) => {

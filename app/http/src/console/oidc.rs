@@ -231,6 +231,8 @@ pub struct OidcWords {
     pub provider_said: &'static str,
     pub refused: &'static str,
     pub unavailable: &'static str,
+    /// A signed-in operator's request while the provider cannot confirm their session.
+    pub standing_unavailable: &'static str,
     pub no_role: &'static str,
     pub signed_in: &'static str,
     pub welcome: &'static str,
@@ -246,6 +248,8 @@ static EN: OidcWords = OidcWords {
     provider_said: "The identity provider did not sign you in ({error}). Nothing was opened.",
     refused: "The identity provider's answer could not be verified. Nothing was opened.",
     unavailable: "The identity provider cannot be reached just now. Nothing was opened; try again in a moment.",
+    standing_unavailable: "The identity provider cannot be reached just now, so your session cannot be confirmed. \
+                           Nothing was changed and you are still signed in; try again in a moment.",
     no_role: "You signed in at the identity provider as {name}, but no value of your claim “{claim}” gives a role \
               in Herald. Nothing was opened: ask an administrator for the viewer, resolver or admin role.",
     signed_in: "Signed in",
@@ -261,6 +265,7 @@ static ZH: OidcWords = OidcWords {
     provider_said: "身份提供方未让您登录（{error}）。未打开任何页面。",
     refused: "无法验证身份提供方的应答。未打开任何页面。",
     unavailable: "暂时无法连接身份提供方。未打开任何页面，请稍后重试。",
+    standing_unavailable: "暂时无法连接身份提供方，无法确认您的会话。未作任何更改，您仍处于登录状态，请稍后重试。",
     no_role: "您已在身份提供方登录为 {name}，但您的声明“{claim}”中没有任何值对应 Herald 的角色。未打开任何页面：请向管理员申请查看者、处理者或管理员角色。",
     signed_in: "已登录",
     welcome: "欢迎，{name}。正在进入控制台……",
