@@ -7,11 +7,15 @@
 //! (`herald_domain::judge_session`), from its times and whether the credential that opened it is still
 //! accepted — which only the authenticator, from the configuration, can say ([`Credentials`]).
 
+use aes_gcm::aead::{Aead as _, KeyInit as _};
+use aes_gcm::{Aes256Gcm, Nonce};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use herald_domain::{judge_session, session_end, Millis, SessionEnd, SessionPolicy, SessionVerdict, Timestamp, UserId};
 use herald_ports::sessions::Digest;
-use herald_ports::{Credential, NewSession, NewSignInLink, SessionOwner, SessionRole, StoreError, StoredSession};
+use herald_ports::{
+    Credential, NewSession, NewSignInLink, ProviderGrant, SessionOwner, SessionRole, StoreError, StoredSession,
+};
 use rand::RngCore as _;
 use secrecy::{ExposeSecret as _, SecretString};
 use sha2::{Digest as _, Sha256};
@@ -97,10 +101,15 @@ pub async fn open(
         rand::thread_rng().fill_bytes(&mut bytes);
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     };
+    let expires_at = session_end(policy, now, credential.expires_at());
+    let mut credential = credential;
+    if let Credential::Oidc { grant, .. } = &mut credential {
+        *grant = seal_grant(cookie.expose_secret(), grant)?;
+    }
     let new = NewSession {
         id_digest: digest_of(cookie.expose_secret()),
         role,
-        expires_at: session_end(policy, now, credential.expires_at()),
+        expires_at,
         credential,
         csrf,
         created_at: now,
@@ -133,6 +142,37 @@ fn role_name(role: &SessionRole) -> &'static str {
         SessionRole::Operator => "operator",
         SessionRole::User(_) => "user",
     }
+}
+
+/// What HKDF-SHA256 calls the key of a session's provider grant.
+const GRANT_KEY_INFO: &[u8] = b"herald console_session provider_grant v1";
+
+/// The key that seals a session's provider grant: derived from the session's cookie, which the store
+/// never holds (it keeps the cookie's SHA-256), so a copy of `console_session` cannot open the grant.
+fn grant_cipher(cookie: &str) -> Aes256Gcm {
+    let mut key = [0u8; 32];
+    // 32 bytes is far below HKDF-SHA256's limit of 255 × 32.
+    let _ = hkdf::Hkdf::<Sha256>::new(None, cookie.as_bytes()).expand(GRANT_KEY_INFO, &mut key);
+    Aes256Gcm::new(&key.into())
+}
+
+/// The provider's access token sealed for the store (AES-256-GCM under the cookie's key): base64url of
+/// a random nonce and the ciphertext.
+fn seal_grant(cookie: &str, grant: &ProviderGrant) -> Result<ProviderGrant, StoreError> {
+    let mut nonce = [0u8; 12];
+    rand::thread_rng().fill_bytes(&mut nonce);
+    let sealed = grant_cipher(cookie)
+        .encrypt(Nonce::from_slice(&nonce), grant.0.as_bytes())
+        .map_err(|_| StoreError::Unknown(anyhow::anyhow!("the provider grant could not be sealed")))?;
+    Ok(ProviderGrant(URL_SAFE_NO_PAD.encode([nonce.as_slice(), &sealed].concat())))
+}
+
+/// The stored grant opened with the session's cookie; `None` when it was not sealed with that cookie.
+fn open_grant(cookie: &str, stored: &ProviderGrant) -> Option<ProviderGrant> {
+    let bytes = URL_SAFE_NO_PAD.decode(&stored.0).ok()?;
+    let (nonce, sealed) = bytes.split_at_checked(12)?;
+    let plain = grant_cipher(cookie).decrypt(Nonce::from_slice(nonce), sealed).ok()?;
+    String::from_utf8(plain).ok().map(ProviderGrant)
 }
 
 /// What a cookie's session is now.
@@ -179,11 +219,16 @@ pub async fn find(
             // An operator signed in at the identity provider stands as long as the provider says so, with
             // the role it gives now: asked at every request, nothing cached (issue 43, item 4).
             if let Credential::Oidc { subject, grant, name, role, .. } = &mut session.credential {
-                let standing = match services.oidc.as_ref() {
-                    Some(oidc) => oidc.standing(subject, grant).await,
+                // A grant that does not open with this cookie (not sealed with it) vouches for nothing.
+                let opened = open_grant(cookie, grant);
+                let standing = match (services.oidc.as_ref(), &opened) {
+                    (Some(oidc), Some(grant)) => oidc.standing(subject, grant).await,
                     // Sign-in at the provider is no longer configured: nobody vouches for the session.
-                    None => Ok(Now::Withdrawn),
+                    _ => Ok(Now::Withdrawn),
                 };
+                if let Some(opened) = opened {
+                    *grant = opened;
+                }
                 match standing {
                     Ok(Now::Stands { name: now_name, role: now_role }) => {
                         *name = now_name;
@@ -347,6 +392,22 @@ pub async fn redeem_link(services: &Services, policy: SessionPolicy, code: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_provider_grant_is_sealed_with_its_cookie_and_opens_with_it_only() {
+        let (cookie, other) = (random_secret(), random_secret());
+        let token = ProviderGrant("an-access-token-the-provider-accepts".into());
+        let sealed = seal_grant(cookie.expose_secret(), &token).expect("sealed");
+        assert!(!sealed.0.contains(&token.0), "the stored text does not hold the token");
+        assert_eq!(open_grant(cookie.expose_secret(), &sealed), Some(token.clone()));
+        assert_eq!(open_grant(other.expose_secret(), &sealed), None, "another cookie opens nothing");
+        assert_eq!(open_grant(cookie.expose_secret(), &token), None, "an unsealed token opens nothing");
+        let mut bytes = URL_SAFE_NO_PAD.decode(&sealed.0).expect("base64url");
+        bytes[20] ^= 1;
+        let tampered = ProviderGrant(URL_SAFE_NO_PAD.encode(bytes));
+        assert_eq!(open_grant(cookie.expose_secret(), &tampered), None, "a changed seal opens nothing");
+        assert_ne!(seal_grant(cookie.expose_secret(), &token).expect("sealed"), sealed, "a fresh nonce each time");
+    }
 
     #[test]
     fn secrets_are_well_formed_and_distinct() {

@@ -214,3 +214,49 @@ async fn a_provider_that_cannot_be_reached_is_named_and_the_session_is_kept() {
         "the session is kept"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_access_token_is_sealed_with_the_sessions_cookie_and_a_copied_row_opens_nothing() {
+    let (world, api, peer) = start(&[("li", User::new("Li Wei", &["herald-resolvers"]))]).await;
+    let walk = peer.sign_in(&api.base, "li").await.expect("sign-in");
+    assert_eq!(walk.status, StatusCode::OK, "{}", walk.body);
+    let cookie = session_cookie(&walk.herald_cookies);
+    let stored: String = sqlx::query_scalar("SELECT provider_grant FROM console_session WHERE operator_subject = 'li'")
+        .fetch_one(world.db.store.pool())
+        .await
+        .expect("row");
+
+    // The stored text is not a token the provider accepts…
+    let discovery: serde_json::Value = reqwest::get(format!("{}/.well-known/openid-configuration", peer.issuer()))
+        .await
+        .expect("discovery")
+        .json()
+        .await
+        .expect("json");
+    let userinfo = discovery["userinfo_endpoint"].as_str().expect("userinfo endpoint");
+    let answer = reqwest::Client::new().get(userinfo).bearer_auth(&stored).send().await.expect("userinfo");
+    assert_eq!(answer.status(), StatusCode::UNAUTHORIZED, "the stored column is no access token");
+    // …while the browser's cookie opens it into one the provider does accept, at every request.
+    let (status, _, page) = get(&api, "/console/overview", &cookie).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains(r#"<strong id="operator-name">Li Wei</strong>"#), "{page}");
+
+    // A copy of the row under another cookie (what a reader of the table could make) vouches for nothing.
+    let thief = "A".repeat(43);
+    sqlx::query(
+        "INSERT INTO console_session (id_digest, user_id, role, credential_kind, credential_digest, credential_key, \
+             credential_expires_at, csrf, created_at, last_seen_at, expires_at, operator_subject, operator_name, \
+             operator_role, provider_grant) \
+         SELECT sha256(convert_to($1, 'UTF8')), user_id, role, credential_kind, credential_digest, credential_key, \
+             credential_expires_at, csrf, created_at, last_seen_at, expires_at, operator_subject, operator_name, \
+             operator_role, provider_grant FROM console_session WHERE operator_subject = 'li'",
+    )
+    .bind(&thief)
+    .execute(world.db.store.pool())
+    .await
+    .expect("copy the row");
+    let (status, location, _) = get(&api, "/console/overview", &format!("herald_session={thief}")).await;
+    assert_eq!((status, location.as_str()), (StatusCode::SEE_OTHER, "/console/login?ended=provider_withdrew"));
+    let (status, _, _) = get(&api, "/console/overview", &cookie).await;
+    assert_eq!(status, StatusCode::OK, "the real session still stands");
+}
