@@ -69,6 +69,44 @@ pub(crate) fn endpoint(config: &ChannelConfig, path: &str) -> Result<Url, Config
         .map_err(|_| ConfigError::new(&config.name, "url", "is not a valid URL"))
 }
 
+/// One path of the service at a channel's `url` and the client that calls it: all an HTTP kind that
+/// sends to the operator's own service holds (webhook, queryable, Miaotixing), built once here.
+pub(crate) struct Endpoint {
+    transport: HttpTransport,
+    url: Url,
+}
+
+impl Endpoint {
+    /// `{url}{path}` of a validated `config`, and its client.
+    ///
+    /// # Errors
+    /// As [`endpoint`] and [`HttpTransport::new`].
+    pub(crate) fn new(config: &ChannelConfig, path: &str, connections: Connections) -> Result<Self, ConfigError> {
+        let url = endpoint(config, path)?;
+        Ok(Endpoint { transport: HttpTransport::new(config, connections)?, url })
+    }
+
+    /// The host of the channel's URL, the only part of it that `Debug` output may show.
+    pub(crate) fn host(&self) -> &str {
+        self.transport.host()
+    }
+
+    /// A `POST` to the endpoint.
+    pub(crate) fn post(&self) -> RequestBuilder {
+        self.transport.post(&self.url)
+    }
+
+    /// A `GET` of the endpoint.
+    pub(crate) fn get(&self) -> RequestBuilder {
+        self.transport.get(&self.url)
+    }
+
+    /// Sends `request` and reads the answer, as [`HttpTransport::call`].
+    pub(crate) async fn call(&self, request: RequestBuilder) -> Wire {
+        self.transport.call(request).await
+    }
+}
+
 impl HttpTransport {
     /// The client of a validated `config`: its timeouts, no proxy, no redirects.
     ///

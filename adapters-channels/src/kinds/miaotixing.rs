@@ -15,13 +15,12 @@ use async_trait::async_trait;
 use herald_domain::classify::{classify_send, Classified};
 use herald_domain::ChannelKind;
 use herald_ports::OutboundMessage;
-use reqwest::Url;
 use secrecy::ExposeSecret;
 
 use super::{ChannelBase, Kind, KindChannel};
 use crate::config::{ChannelConfig, ConfigError};
 use crate::egress::Egress;
-use crate::http::{endpoint, Connections, HttpTransport};
+use crate::http::{Connections, Endpoint};
 
 /// Miaotixing's documentation asks for at least 10 s between calls (SPEC §12).
 pub const MIAOTIXING_MIN_INTERVAL_MS: u64 = 10_000;
@@ -31,11 +30,8 @@ pub const MIAOTIXING_DEFAULT_TEXT: &str = "You have a new update — open the ap
 /// One configured Miaotixing channel.
 pub type MiaotixingChannel = KindChannel<Miaotixing>;
 
-/// The Miaotixing kind's own part: its client and its `/trigger` URL.
-pub struct Miaotixing {
-    transport: HttpTransport,
-    trigger_url: Url,
-}
+/// The Miaotixing kind's own part: its client and its `{url}/trigger`.
+pub struct Miaotixing(Endpoint);
 
 #[async_trait]
 impl Kind for Miaotixing {
@@ -45,18 +41,12 @@ impl Kind for Miaotixing {
     const DEFAULT_TEXT: Option<&'static str> = Some(MIAOTIXING_DEFAULT_TEXT);
     const DEFAULT_MIN_INTERVAL_MS: u64 = MIAOTIXING_MIN_INTERVAL_MS;
 
-    fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
     fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
-        let trigger_url = endpoint(config, "/trigger")?;
-        let transport = HttpTransport::new(config, Connections::FreshPerCall)?;
-        Ok(Miaotixing { transport, trigger_url })
+        Endpoint::new(config, "/trigger", Connections::FreshPerCall).map(Miaotixing)
     }
 
     fn host(&self) -> &str {
-        self.transport.host()
+        self.0.host()
     }
 
     /// Any text: Miaotixing judges its codes itself (a wrong one is refused, `参数格式有误`).
@@ -66,7 +56,7 @@ impl Kind for Miaotixing {
 
     async fn send(&self, base: &ChannelBase, message: &OutboundMessage) -> Classified {
         let form = [("id", message.destination.expose_secret()), ("text", message.text.as_str())];
-        let wire = self.transport.call(self.transport.post(&self.trigger_url).form(&form)).await;
+        let wire = self.0.call(self.0.post().form(&form)).await;
         classify_send(Self::KIND, base.refusal_5xx(), wire.reply())
     }
 }

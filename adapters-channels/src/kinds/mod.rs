@@ -76,11 +76,14 @@ pub trait Kind: Send + Sync + Sized + 'static {
     const DEFAULT_MIN_INTERVAL_MS: u64 = 0;
 
     /// Checks its own settings (those of [`Kind::KEYS`]): required ones present, values that cannot work
-    /// refused. The shared keys are checked by [`ChannelConfig::validate`] before.
+    /// refused. The shared keys are checked by [`ChannelConfig::validate`] before; a kind without keys of
+    /// its own keeps this default, which has nothing left to check.
     ///
     /// # Errors
     /// The first invalid key, named (`ConfigError::new(&config.name, key, reason)`).
-    fn check_config(config: &ChannelConfig) -> Result<(), ConfigError>;
+    fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
+        Ok(())
+    }
 
     /// What a process serving a network refuses of its entry (`herald serve`, `worker`), naming the key and
     /// never the value: a secret that is still a placeholder (`placeholder` says what is one), a setting

@@ -10,24 +10,19 @@ use async_trait::async_trait;
 use herald_domain::classify::{classify_query, classify_send, Classified};
 use herald_domain::ChannelKind;
 use herald_ports::OutboundMessage;
-use reqwest::Url;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 
 use super::{ChannelBase, Kind, KindChannel};
 use crate::config::{ChannelConfig, ConfigError};
 use crate::egress::Egress;
-use crate::http::{endpoint, Connections, HttpTransport};
+use crate::http::{Connections, Endpoint};
 
 /// One configured queryable channel.
 pub type QueryableChannel = KindChannel<Queryable>;
 
-/// The queryable kind's own part: its client and its `/messages` URL.
-pub struct Queryable {
-    transport: HttpTransport,
-    /// `{url}/messages`: `POST` sends, `GET ?ref=` queries.
-    messages_url: Url,
-}
+/// The queryable kind's own part: its client and its `{url}/messages` (`POST` sends, `GET ?ref=` queries).
+pub struct Queryable(Endpoint);
 
 /// The `POST {url}/messages` body.
 #[derive(Serialize)]
@@ -44,18 +39,12 @@ impl Kind for Queryable {
     const ADAPTER: &'static str = "QueryableChannel";
     const USES_URL: bool = true;
 
-    fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
     fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
-        let messages_url = endpoint(config, "/messages")?;
-        let transport = HttpTransport::new(config, Connections::Pooled)?;
-        Ok(Queryable { transport, messages_url })
+        Endpoint::new(config, "/messages", Connections::Pooled).map(Queryable)
     }
 
     fn host(&self) -> &str {
-        self.transport.host()
+        self.0.host()
     }
 
     /// Any text: the channel is the operator's own service, which judges the destination itself.
@@ -66,13 +55,12 @@ impl Kind for Queryable {
     async fn send(&self, base: &ChannelBase, message: &OutboundMessage) -> Classified {
         let body =
             SendBody { reference: &message.reference, to: message.destination.expose_secret(), text: &message.text };
-        let wire = self.transport.call(self.transport.post(&self.messages_url).json(&body)).await;
+        let wire = self.0.call(self.0.post().json(&body)).await;
         classify_send(Self::KIND, base.refusal_5xx(), wire.reply())
     }
 
     async fn query(&self, _base: &ChannelBase, reference: &str) -> Classified {
-        let request = self.transport.get(&self.messages_url).query(&[("ref", reference)]);
-        let wire = self.transport.call(request).await;
+        let wire = self.0.call(self.0.get().query(&[("ref", reference)])).await;
         classify_query(wire.reply())
     }
 }

@@ -8,23 +8,19 @@ use async_trait::async_trait;
 use herald_domain::classify::{classify_send, Classified};
 use herald_domain::ChannelKind;
 use herald_ports::OutboundMessage;
-use reqwest::Url;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 
 use super::{ChannelBase, Kind, KindChannel};
 use crate::config::{ChannelConfig, ConfigError};
 use crate::egress::Egress;
-use crate::http::{endpoint, Connections, HttpTransport};
+use crate::http::{Connections, Endpoint};
 
 /// One configured webhook channel.
 pub type WebhookChannel = KindChannel<Webhook>;
 
-/// The webhook kind's own part: its client and its `/send` URL.
-pub struct Webhook {
-    transport: HttpTransport,
-    send_url: Url,
-}
+/// The webhook kind's own part: its client and its `{url}/send`.
+pub struct Webhook(Endpoint);
 
 /// The `POST {url}/send` body.
 #[derive(Serialize)]
@@ -42,18 +38,12 @@ impl Kind for Webhook {
     const ADAPTER: &'static str = "WebhookChannel";
     const USES_URL: bool = true;
 
-    fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
-        Ok(())
-    }
-
     fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
-        let send_url = endpoint(config, "/send")?;
-        let transport = HttpTransport::new(config, Connections::Pooled)?;
-        Ok(Webhook { transport, send_url })
+        Endpoint::new(config, "/send", Connections::Pooled).map(Webhook)
     }
 
     fn host(&self) -> &str {
-        self.transport.host()
+        self.0.host()
     }
 
     /// Any text: the channel is the operator's own service, which judges the destination itself.
@@ -68,9 +58,8 @@ impl Kind for Webhook {
             text: &message.text,
             ttl_seconds: message.ttl_seconds,
         };
-        let request =
-            self.transport.post(&self.send_url).header("Idempotency-Key", message.idempotency_key.as_str()).json(&body);
-        let wire = self.transport.call(request).await;
+        let request = self.0.post().header("Idempotency-Key", message.idempotency_key.as_str()).json(&body);
+        let wire = self.0.call(request).await;
         classify_send(Self::KIND, base.refusal_5xx(), wire.reply())
     }
 }

@@ -34,7 +34,8 @@ pub async fn audit_page(
     filter: &AuditFilter,
 ) -> Result<Vec<AuditEvent>, AccessError> {
     actor.require(Capability::ViewAudit)?;
-    let filter = AuditFilter { limit: filter.limit.clamp(1, MAX_AUDIT_PAGE), ..filter.clone() };
+    // One more than the largest page: a front end reads one more to know whether an older page exists.
+    let filter = AuditFilter { limit: filter.limit.clamp(1, MAX_AUDIT_PAGE + 1), ..filter.clone() };
     Ok(services.audit.audit_page(&filter).await?)
 }
 

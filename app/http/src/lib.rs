@@ -16,9 +16,11 @@
 //! | [`serve`] | the accept loop: header-read timeout, the peer's address, graceful stop |
 //! | [`api`] | the JSON API: handlers, wire models, problem documents, bearer extractors, limits, OpenAPI |
 //! | [`console`] | the server-rendered pages, in English and Simplified Chinese |
+//! | [`paging`] | the next-page cursor of a list, for both |
 
 pub mod api;
 pub mod console;
+pub mod paging;
 pub mod router;
 pub mod serve;
 pub mod state;

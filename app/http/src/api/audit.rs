@@ -14,6 +14,7 @@ use super::auth::Operator;
 use super::extract::ApiQuery;
 use super::model::{rfc3339, Errors};
 use super::problem::Problem;
+use crate::paging::next_page;
 use crate::state::ApiState;
 
 /// The filters of the audit trail.
@@ -160,7 +161,8 @@ pub async fn list_audit(
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> Result<Json<AuditBody>, Problem> {
     let filter = query.filter()?;
-    let events = herald_core::usecases::audit_page(&state.services(), &actor, &filter).await?;
-    let next_before = (events.len() == filter.limit as usize).then(|| events.last().map(|e| e.id)).flatten();
+    let more = AuditFilter { limit: filter.limit.saturating_add(1), ..filter.clone() };
+    let mut events = herald_core::usecases::audit_page(&state.services(), &actor, &more).await?;
+    let next_before = next_page(&mut events, filter.limit, |last| last.id);
     Ok(Json(AuditBody { events: events.iter().map(AuditEventBody::from).collect(), next_before }))
 }

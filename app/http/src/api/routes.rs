@@ -16,6 +16,7 @@ use super::model::{
     TaskBody,
 };
 use super::problem::{FieldError, Problem};
+use crate::paging::next_page;
 use crate::state::ApiState;
 use herald_core::auth::Caller;
 use herald_core::usecases::{self, PreferenceError};
@@ -582,15 +583,4 @@ pub async fn metrics(State(state): State<ApiState>, headers: axum::http::HeaderM
 )]
 pub async fn openapi(State(state): State<ApiState>) -> Response {
     Json(super::openapi_json(&state.services.channels)).into_response()
-}
-
-/// Of a page read with one item more than `limit`, keeps `limit` and gives the cursor after the last one
-/// kept, when there was more.
-fn next_page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> String) -> Option<String> {
-    let limit = limit as usize;
-    if items.len() <= limit {
-        return None;
-    }
-    items.truncate(limit);
-    items.last().map(cursor)
 }

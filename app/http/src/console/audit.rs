@@ -12,8 +12,10 @@ use serde::Deserialize;
 
 use super::pages::moment;
 use super::roles::RoleWords;
-use super::Ctx;
+use super::Visit;
+use crate::paging::next_page;
 use crate::state::ApiState;
+use herald_core::usecases::Actor;
 
 const PAGE: u32 = 50;
 
@@ -36,11 +38,11 @@ fn day(text: &str, end: bool) -> Option<herald_domain::Timestamp> {
     Some(herald_domain::Timestamp(date.and_hms_opt(0, 0, 0)?.and_utc().timestamp_millis()))
 }
 
-pub async fn audit(ctx: Ctx, State(state): State<ApiState>, Query(form): Query<AuditForm>) -> Response {
-    let actor = match ctx.operator() {
-        Ok((_, actor)) => actor,
-        Err(r) => return r,
-    };
+pub async fn audit(
+    Visit { ctx, who: actor }: Visit<Actor>,
+    State(state): State<ApiState>,
+    Query(form): Query<AuditForm>,
+) -> Response {
     let roles = ctx.lang.roles();
     let action = form.action.trim().parse::<AuditAction>().ok();
     let (since, until) = (day(&form.since, false), day(&form.until, true));
@@ -52,13 +54,13 @@ pub async fn audit(ctx: Ctx, State(state): State<ApiState>, Query(form): Query<A
         since,
         until,
         before: form.before,
-        limit: PAGE,
+        limit: PAGE + 1,
     };
-    let events = match herald_core::usecases::audit_page(&state.services(), actor, &filter).await {
+    let mut events = match herald_core::usecases::audit_page(&state.services(), &actor, &filter).await {
         Ok(events) => events,
         Err(error) => return ctx.failed(error),
     };
-    let next = (events.len() == PAGE as usize).then(|| events.last().map(|e| e.id)).flatten().map(|id| {
+    let next = next_page(&mut events, PAGE, |last| last.id).map(|id| {
         format!(
             "/console/audit?actor={}&action={}&since={}&until={}&before={id}",
             super::encode_path(form.actor.trim()),

@@ -24,7 +24,7 @@ pub mod pages;
 pub mod roles;
 pub mod session;
 
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -34,12 +34,14 @@ use herald_domain::resolve::FinalState;
 use herald_domain::{ChannelName, EventKey, Millis, NotificationRef, SessionEnd, TaskId, Timestamp, UserId};
 use herald_ports::{InboxCursor, MarkRead, ResolveError, SessionRole, StoreError};
 use maud::Markup;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use self::i18n::{fill, Lang, Words, LANG_COOKIE};
 use self::lookup::{request_session, LookedUp};
 use self::pages::{Flash, Frame};
 use self::session::{CookieRules, Role, Session};
+use crate::paging::next_page;
 use crate::state::ApiState;
 use herald_core::auth::Caller;
 use herald_core::sessions::{self, Found};
@@ -264,13 +266,6 @@ impl Ctx {
         }
     }
 
-    /// The user's id for a form they posted (its CSRF token checked), or the answer to give instead.
-    fn user_posting(&self, csrf: &str) -> Result<UserId, Response> {
-        let (_, user) = self.user()?;
-        self.check_csrf(csrf)?;
-        Ok(user)
-    }
-
     /// Any session, or the answer to give instead.
     fn signed_in(&self) -> Result<&Session, Response> {
         self.session.as_ref().ok_or_else(|| self.to_signin())
@@ -348,6 +343,92 @@ impl Ctx {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|site| !matches!(site, "same-origin" | "none"))
             .then(|| self.message(StatusCode::FORBIDDEN, self.w().csrf_refused))
+    }
+}
+
+/// Who may ask for a page, as its handler receives them: found from the request's session before the
+/// handler runs, or the answer to give instead (the sign-in page without a session, 403 for the other
+/// kind of person).
+pub trait Visitor: Sized + Send {
+    /// Who `ctx`'s session is, if it is one of these.
+    ///
+    /// # Errors
+    /// The answer to give instead.
+    fn of(ctx: &Ctx) -> Result<Self, Response>;
+}
+
+/// An operator, as who they act as.
+impl Visitor for Actor {
+    fn of(ctx: &Ctx) -> Result<Self, Response> {
+        ctx.operator().map(|(_, actor)| actor.clone())
+    }
+}
+
+/// A user, by their id.
+impl Visitor for UserId {
+    fn of(ctx: &Ctx) -> Result<Self, Response> {
+        ctx.user().map(|(_, user)| user)
+    }
+}
+
+/// Anyone signed in, by their session.
+impl Visitor for Session {
+    fn of(ctx: &Ctx) -> Result<Self, Response> {
+        ctx.signed_in().cloned()
+    }
+}
+
+/// A page asked for by a `V`: the handler runs only for one.
+pub struct Visit<V> {
+    pub ctx: Ctx,
+    pub who: V,
+}
+
+impl<V: Visitor> FromRequestParts<ApiState> for Visit<V> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Response> {
+        let Ok(ctx) = Ctx::from_request_parts(parts, state).await;
+        let who = V::of(&ctx)?;
+        Ok(Visit { ctx, who })
+    }
+}
+
+/// A console form as posted: the session's CSRF token (`csrf`, in every form the pages write) beside the
+/// form's own fields.
+#[derive(Deserialize)]
+struct WithCsrf<F> {
+    #[serde(default)]
+    csrf: String,
+    #[serde(flatten)]
+    form: F,
+}
+
+/// A form with no field of its own (sign out, test send, confirm, mark read): only the CSRF token.
+#[derive(Deserialize)]
+struct NoFields {}
+
+/// A form posted by a `V`, its CSRF token checked: the handler runs only for one, with the right token.
+/// A form that cannot be read is refused first (as axum's `Form` does), then a stranger is sent to sign
+/// in, then a wrong token is refused — nothing changed in each case.
+pub struct Posted<V, F> {
+    pub ctx: Ctx,
+    pub who: V,
+    pub form: F,
+}
+
+impl<V: Visitor, F: DeserializeOwned + Send> FromRequest<ApiState> for Posted<V, F> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &ApiState) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let Ok(ctx) = Ctx::from_request_parts(&mut parts, state).await;
+        let Form(posted) = Form::<WithCsrf<F>>::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let who = V::of(&ctx)?;
+        ctx.check_csrf(&posted.csrf)?;
+        Ok(Posted { ctx, who, form: posted.form })
     }
 }
 
@@ -501,18 +582,9 @@ async fn user_link(
     }
 }
 
-#[derive(Deserialize)]
-struct CsrfForm {
-    #[serde(default)]
-    csrf: String,
-}
-
 /// Signing out ends the session on the server: its cookie, copied or not, opens nothing any more.
-async fn logout(ctx: Ctx, State(state): State<ApiState>, Form(form): Form<CsrfForm>) -> Response {
-    if let Err(refused) = ctx.check_csrf(&form.csrf) {
-        return refused;
-    }
-    let Some(session) = &ctx.session else { return ctx.to_signin() };
+async fn logout(State(state): State<ApiState>, posted: Posted<Session, NoFields>) -> Response {
+    let Posted { ctx, who: session, .. } = posted;
     if sessions::end(&state.services(), &session.stored.id_digest, SessionEnd::SignedOut, session.actor())
         .await
         .is_err()
@@ -531,31 +603,26 @@ struct SessionsQuery {
 }
 
 /// The signed-in person's open sessions (a user's, or those opened with the same admin token).
-async fn my_sessions(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<SessionsQuery>) -> Response {
-    let session = match ctx.signed_in() {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+async fn my_sessions(
+    Visit { ctx, who: session }: Visit<Session>,
+    State(state): State<ApiState>,
+    Query(q): Query<SessionsQuery>,
+) -> Response {
     let w = ctx.w();
     let Ok(list) = sessions::list_own(&state.services(), &session.stored).await else { return ctx.store_down() };
     let flash = q.notice.as_deref().filter(|n| *n == "ended").map(|_| Flash::Info(w.session_ended_one.to_owned()));
-    ctx.page(StatusCode::OK, w.sessions_title, flash, pages::sessions(w, session, &list))
+    ctx.page(StatusCode::OK, w.sessions_title, flash, pages::sessions(w, &session, &list))
 }
 
 #[derive(Deserialize)]
 struct EndSessionForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     session: String,
 }
 
 /// Ends one of the person's own sessions (named by its id digest, in hex); ending this one signs out.
-async fn end_session(ctx: Ctx, State(state): State<ApiState>, Form(form): Form<EndSessionForm>) -> Response {
-    if let Err(refused) = ctx.check_csrf(&form.csrf) {
-        return refused;
-    }
-    let Some(session) = &ctx.session else { return ctx.to_signin() };
+async fn end_session(State(state): State<ApiState>, posted: Posted<Session, EndSessionForm>) -> Response {
+    let Posted { ctx, who: session, form } = posted;
     let Some(target) = pages::digest_from_hex(&form.session) else {
         return ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found);
     };
@@ -571,12 +638,8 @@ async fn end_session(ctx: Ctx, State(state): State<ApiState>, Form(form): Form<E
     }
 }
 
-async fn overview(ctx: Ctx, State(state): State<ApiState>) -> Response {
-    let actor = match ctx.operator() {
-        Ok((_, actor)) => actor,
-        Err(r) => return r,
-    };
-    match usecases::overview(&state.services(), actor).await {
+async fn overview(Visit { ctx, who: actor }: Visit<Actor>, State(state): State<ApiState>) -> Response {
+    match usecases::overview(&state.services(), &actor).await {
         Ok(overview) => ctx.page(
             StatusCode::OK,
             ctx.w().overview_title,
@@ -587,10 +650,7 @@ async fn overview(ctx: Ctx, State(state): State<ApiState>) -> Response {
     }
 }
 
-async fn status_events(ctx: Ctx, State(state): State<ApiState>) -> Response {
-    if let Err(r) = ctx.operator() {
-        return r;
-    }
+async fn status_events(Visit { ctx, .. }: Visit<Actor>, State(state): State<ApiState>) -> Response {
     match usecases::parked_status_events(&state.services(), 200).await {
         Ok(events) => {
             ctx.page(StatusCode::OK, ctx.w().status_events_title, None, pages::status_events(ctx.w(), &events))
@@ -651,20 +711,15 @@ async fn review_page(
         Ok(page) => page,
         Err(error) => return ctx.failed(error),
     };
-    let next = if page.len() > PAGE_SIZE as usize {
-        page.truncate(PAGE_SIZE as usize);
-        page.last().map(|last| {
-            format!(
-                "/console/review?channel={}&min_age={}&after_at={}&after_id={}",
-                channel.as_ref().map_or("", |c| c.as_str()),
-                min_age.map(|m| m.to_string()).unwrap_or_default(),
-                last.parked_at.as_millis(),
-                last.task.task_id.0
-            )
-        })
-    } else {
-        None
-    };
+    let next = next_page(&mut page, PAGE_SIZE, |last| {
+        format!(
+            "/console/review?channel={}&min_age={}&after_at={}&after_id={}",
+            channel.as_ref().map_or("", |c| c.as_str()),
+            min_age.map(|m| m.to_string()).unwrap_or_default(),
+            last.parked_at.as_millis(),
+            last.task.task_id.0
+        )
+    });
     let tasks: Vec<_> = page
         .into_iter()
         .map(|p| {
@@ -694,8 +749,6 @@ async fn review_page(
 #[derive(Deserialize)]
 struct ResolveForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     decision: String,
     #[serde(default)]
     note: String,
@@ -704,18 +757,11 @@ struct ResolveForm {
 /// One decision on a parked task. Success goes back to the queue with a message (POST-redirect-GET); a
 /// task that is no longer parked answers 409 with the conflict in words and the queue as it is now.
 async fn resolve(
-    ctx: Ctx,
     State(state): State<ApiState>,
     Path(task_id): Path<i64>,
-    Form(form): Form<ResolveForm>,
+    posted: Posted<Actor, ResolveForm>,
 ) -> Response {
-    let actor = match ctx.operator() {
-        Ok((_, actor)) => actor,
-        Err(r) => return r,
-    };
-    if let Err(refused) = ctx.check_csrf(&form.csrf) {
-        return refused;
-    }
+    let Posted { ctx, who: actor, form } = posted;
     let w = ctx.w();
     let Ok(decision) = form.decision.parse::<FinalState>() else {
         return ctx.message(StatusCode::UNPROCESSABLE_ENTITY, w.not_found);
@@ -729,7 +775,7 @@ async fn resolve(
         return review_page(&ctx, &state, &ReviewQuery::default(), StatusCode::UNPROCESSABLE_ENTITY, flash).await;
     }
     let note = note.replace(['\r', '\n'], " ");
-    match usecases::resolve(&state.services(), actor, TaskId(task_id), decision, &note).await {
+    match usecases::resolve(&state.services(), &actor, TaskId(task_id), decision, &note).await {
         Ok(_) => see_other(&format!("/console/review?done={task_id}&decision={}", decision.as_str())),
         Err(ResolveError::NotParked { state: now }) => {
             let flash =
@@ -752,11 +798,11 @@ struct LogQueryForm {
     event: String,
 }
 
-async fn log(ctx: Ctx, State(state): State<ApiState>, Query(f): Query<LogQueryForm>) -> Response {
-    let actor = match ctx.operator() {
-        Ok((_, actor)) => actor,
-        Err(r) => return r,
-    };
+async fn log(
+    Visit { ctx, who: actor }: Visit<Actor>,
+    State(state): State<ApiState>,
+    Query(f): Query<LogQueryForm>,
+) -> Response {
     let w = ctx.w();
     let (q, user, event) = (f.q.trim(), f.user.trim(), f.event.trim());
     let query = if !q.is_empty() {
@@ -780,7 +826,7 @@ async fn log(ctx: Ctx, State(state): State<ApiState>, Query(f): Query<LogQueryFo
     };
     let form = pages::log_form(w, q, user, event);
     let Some(query) = query else { return ctx.page(StatusCode::OK, w.log_title, None, form) };
-    match usecases::find_notification(&state.services(), actor, &query).await {
+    match usecases::find_notification(&state.services(), &actor, &query).await {
         Ok(Some(view)) => see_other(&format!("/console/notifications/{}", view.notification_ref)),
         Ok(None) => ctx.page(StatusCode::NOT_FOUND, w.log_title, Some(Flash::Info(w.log_nothing.to_owned())), form),
         Err(error) => ctx.failed(error),
@@ -798,14 +844,14 @@ fn encode_path(segment: &str) -> String {
         .collect()
 }
 
-async fn notification(ctx: Ctx, State(state): State<ApiState>, Path(id): Path<String>) -> Response {
-    let actor = match ctx.operator() {
-        Ok((_, actor)) => actor,
-        Err(r) => return r,
-    };
+async fn notification(
+    Visit { ctx, who: actor }: Visit<Actor>,
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Response {
     let w = ctx.w();
     let Some(id) = NotificationRef::parse(&id) else { return ctx.message(StatusCode::NOT_FOUND, w.not_found) };
-    match usecases::find_notification(&state.services(), actor, &LogQuery::NotificationRef(id)).await {
+    match usecases::find_notification(&state.services(), &actor, &LogQuery::NotificationRef(id)).await {
         Ok(Some(view)) => {
             let title = format!("{} {}", w.notification_title, view.notification_ref);
             ctx.page(StatusCode::OK, &title, None, pages::notification(w, &state.console.channel_names, &view))
@@ -840,12 +886,9 @@ async fn inbox_response(
         Ok(items) => items,
         Err(error) => return ctx.failed(error),
     };
-    let next = if items.len() > PAGE_SIZE as usize {
-        items.truncate(PAGE_SIZE as usize);
-        items.last().map(|l| format!("{base}?before_at={}&before={}", l.created_at.as_millis(), l.notification_ref))
-    } else {
-        None
-    };
+    let next = next_page(&mut items, PAGE_SIZE, |l| {
+        format!("{base}?before_at={}&before={}", l.created_at.as_millis(), l.notification_ref)
+    });
     let session = if own { ctx.session.as_ref() } else { None };
     let erase = match (own, ctx.session.as_ref()) {
         (false, Some(operator)) => Some(pages::erase_form(ctx.w(), operator, &encode_path(user.as_str()))),
@@ -858,24 +901,16 @@ async fn inbox_response(
 #[derive(Deserialize, Default)]
 struct EraseForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     confirm: String,
 }
 
 /// An operator erases a user (SPEC §13), through the same use case as the API and the command line.
 async fn erase_user(
-    ctx: Ctx,
     State(state): State<ApiState>,
     Path(user_id): Path<String>,
-    Form(form): Form<EraseForm>,
+    posted: Posted<Actor, EraseForm>,
 ) -> Response {
-    if let Err(r) = ctx.operator() {
-        return r;
-    }
-    if let Err(refused) = ctx.check_csrf(&form.csrf) {
-        return refused;
-    }
+    let Posted { ctx, form, .. } = posted;
     let w = ctx.w();
     if herald_domain::check_user_id(&user_id).is_err() {
         return ctx.message(StatusCode::NOT_FOUND, w.not_found);
@@ -892,37 +927,30 @@ async fn erase_user(
 
 /// An operator's read-only view of one user's inbox (the delivery log by user id).
 async fn user_inbox(
-    ctx: Ctx,
+    Visit { ctx, .. }: Visit<Actor>,
     State(state): State<ApiState>,
     Path(user_id): Path<String>,
     Query(q): Query<PageQuery>,
 ) -> Response {
-    if let Err(r) = ctx.operator() {
-        return r;
-    }
     let title = format!("{} {user_id}", ctx.w().user_inbox_title);
     let base = format!("/console/users/{}/inbox", encode_path(&user_id));
     inbox_response(&ctx, &state, &UserId::new(user_id), &q, false, &base, &title).await
 }
 
-async fn my_inbox(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<PageQuery>) -> Response {
-    let user = match ctx.user() {
-        Ok((_, user)) => user,
-        Err(r) => return r,
-    };
+async fn my_inbox(
+    Visit { ctx, who: user }: Visit<UserId>,
+    State(state): State<ApiState>,
+    Query(q): Query<PageQuery>,
+) -> Response {
     inbox_response(&ctx, &state, &user, &q, true, "/console/me/inbox", ctx.w().inbox_title).await
 }
 
 async fn mark_read(
-    ctx: Ctx,
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    Form(form): Form<CsrfForm>,
+    posted: Posted<UserId, NoFields>,
 ) -> Response {
-    let user = match ctx.user_posting(&form.csrf) {
-        Ok(user) => user,
-        Err(r) => return r,
-    };
+    let Posted { ctx, who: user, .. } = posted;
     let Some(id) = NotificationRef::parse(&id) else { return ctx.message(StatusCode::NOT_FOUND, ctx.w().not_found) };
     match usecases::mark_read(&state.services(), &user, None, id).await {
         Ok(MarkRead::Marked(_) | MarkRead::AlreadyRead(_)) => see_other(&format!("/console/me/inbox#n-{id}")),
@@ -1034,8 +1062,6 @@ async fn my_channels(ctx: Ctx, State(state): State<ApiState>, Query(q): Query<Ch
 #[derive(Deserialize)]
 struct ChannelForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     destination: String,
     enabled: Option<String>,
 }
@@ -1043,15 +1069,11 @@ struct ChannelForm {
 redacted_debug!(ChannelForm);
 
 async fn save_channel(
-    ctx: Ctx,
     State(state): State<ApiState>,
     Path(channel): Path<String>,
-    Form(form): Form<ChannelForm>,
+    posted: Posted<UserId, ChannelForm>,
 ) -> Response {
-    let user = match ctx.user_posting(&form.csrf) {
-        Ok(user) => user,
-        Err(r) => return r,
-    };
+    let Posted { ctx, who: user, form } = posted;
     let w = ctx.w();
     // A blank field keeps the stored destination, as the form says.
     let destination = form.destination.trim();
@@ -1082,15 +1104,11 @@ async fn save_channel(
 /// A test send: its result goes back to the channels page by a redirect (POST-redirect-GET), which shows
 /// it beside the tested channel; reloading that page sends nothing.
 async fn test_channel(
-    ctx: Ctx,
     State(state): State<ApiState>,
     Path(channel): Path<String>,
-    Form(form): Form<CsrfForm>,
+    posted: Posted<UserId, NoFields>,
 ) -> Response {
-    let user = match ctx.user_posting(&form.csrf) {
-        Ok(user) => user,
-        Err(r) => return r,
-    };
+    let Posted { ctx, who: user, .. } = posted;
     let name = ChannelName::new(channel.clone());
     let (result, secs, why) = match usecases::test_send(&state.services(), &user, None, &name).await {
         Ok(sent) => match sent.outcome {
@@ -1121,15 +1139,11 @@ async fn test_channel(
 }
 
 async fn confirm_channel(
-    ctx: Ctx,
     State(state): State<ApiState>,
     Path(channel): Path<String>,
-    Form(form): Form<CsrfForm>,
+    posted: Posted<UserId, NoFields>,
 ) -> Response {
-    let user = match ctx.user_posting(&form.csrf) {
-        Ok(user) => user,
-        Err(r) => return r,
-    };
+    let Posted { ctx, who: user, .. } = posted;
     let w = ctx.w();
     match usecases::confirm(&state.services(), &user, None, &ChannelName::new(channel)).await {
         Ok(_) => see_other("/console/me/channels?notice=confirmed"),
