@@ -1024,6 +1024,38 @@ async fn journey_the_audit_trail_names_who_decided() {
         "{page}"
     );
     b.screenshot("51-audit-trail-zh.png").await;
+    b.close().await;
+
+    // As on every other page: times in the viewer's zone with UTC on hover; and in Chinese each of the
+    // filter's labels stays on one line.
+    let b = Browser::start_in(&api.base, "zh-CN", "Asia/Shanghai", secrets(&["audit-u1"])).await;
+    b.sign_in_operator().await;
+    b.goto("/console/audit?lang=zh").await;
+    let (shown, hover) = {
+        let t = b.client.find(Locator::Css("table.audit time")).await.expect("a time");
+        (t.text().await.expect("text"), t.attr("title").await.expect("title").unwrap_or_default())
+    };
+    assert!(shown.contains("GMT+8"), "the viewer's zone: {shown}");
+    assert!(hover.ends_with(" UTC"), "UTC on hover: {hover}");
+    for field in ["a-actor", "a-action", "a-since", "a-until"] {
+        // The label's text in one line box, and its field beside it (the field's middle within the
+        // label's height), not on the next line.
+        let layout = b
+            .client
+            .execute(
+                "const label = document.querySelector('label[for=' + arguments[0] + ']'); \
+                 const r = document.createRange(); r.selectNodeContents(label); \
+                 const l = label.getBoundingClientRect(); \
+                 const f = document.getElementById(arguments[0]).getBoundingClientRect(); \
+                 const middle = (f.top + f.bottom) / 2; \
+                 return [r.getClientRects().length, middle >= l.top && middle <= l.bottom];",
+                vec![json!(field)],
+            )
+            .await
+            .expect("the label's layout");
+        assert_eq!(layout, json!([1, true]), "the label of {field} on one line, beside its field");
+    }
+    b.screenshot("52-audit-trail-zh-viewers-zone.png").await;
     println!("journey audit trail: passed");
     b.close().await;
 }

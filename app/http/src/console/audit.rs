@@ -84,19 +84,28 @@ fn page(
     html! {
         p { (w.audit_intro) }
         form.filters method="get" action="/console/audit" {
-            label for="a-actor" { (w.audit_actor) }
-            input #a-actor type="text" name="actor" value=(form.actor.trim()) maxlength="128";
-            label for="a-action" { (w.audit_action) }
-            select #a-action name="action" {
-                option value="" { (w.audit_any) }
-                @for a in AuditAction::ALL {
-                    option value=(a.as_str()) selected[action == Some(a)] { (w.action(a)) }
+            // Each label with its field: they wrap onto the next line together, never apart.
+            span.field {
+                label for="a-actor" { (w.audit_actor) }
+                input #a-actor type="text" name="actor" value=(form.actor.trim()) maxlength="128";
+            }
+            span.field {
+                label for="a-action" { (w.audit_action) }
+                select #a-action name="action" {
+                    option value="" { (w.audit_any) }
+                    @for a in AuditAction::ALL {
+                        option value=(a.as_str()) selected[action == Some(a)] { (w.action(a)) }
+                    }
                 }
             }
-            label for="a-since" { (w.audit_since) }
-            input #a-since type="date" name="since" value=(form.since.trim());
-            label for="a-until" { (w.audit_until) }
-            input #a-until type="date" name="until" value=(form.until.trim());
+            span.field {
+                label for="a-since" { (w.audit_since) }
+                input #a-since type="date" name="since" value=(form.since.trim());
+            }
+            span.field {
+                label for="a-until" { (w.audit_until) }
+                input #a-until type="date" name="until" value=(form.until.trim());
+            }
             button type="submit" { (w.audit_filter) }
         }
         @if events.is_empty() {
