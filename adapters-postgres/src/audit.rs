@@ -1,13 +1,13 @@
 //! The audit trail (issue 43): `audit_event`, append-only (migration `0032`'s trigger refuses every
 //! `UPDATE`, `DELETE` and `TRUNCATE`). Each act's store method writes its event with [`insert`] in the
-//! act's own transaction.
+//! act's own transaction ([`commit_with`] when the events are the act's last writes).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use herald_domain::operators::{Actor, ActorKind, AuditAction, Role};
 use herald_ports::audit::{AuditEvent, AuditFilter, AuditStore, NewAuditEvent};
 use herald_ports::StoreError;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::convert::{from_db, opt_to_db, store_error, to_db};
 use crate::store::PgStore;
@@ -29,6 +29,15 @@ pub(crate) async fn insert(conn: &mut PgConnection, event: &NewAuditEvent) -> Re
     .await
     .map_err(store_error)?;
     Ok(())
+}
+
+/// Writes `events` in `tx`, the act's transaction, and commits it: the act and its events stand together
+/// or not at all.
+pub(crate) async fn commit_with(mut tx: Transaction<'_, Postgres>, events: &[NewAuditEvent]) -> Result<(), StoreError> {
+    for event in events {
+        insert(&mut tx, event).await?;
+    }
+    tx.commit().await.map_err(store_error)
 }
 
 type Row = (i64, DateTime<Utc>, String, String, String, String, String, String);

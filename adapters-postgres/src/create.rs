@@ -209,30 +209,32 @@ pub(crate) async fn create_at_once(
     }))
 }
 
-struct AtOnceRow {
-    id: i64,
-    public_id: uuid::Uuid,
-    task_id: Option<i64>,
-    reference: Option<String>,
-    channel: Option<String>,
+crate::rows::row! {
+    struct AtOnceRow {
+        id: i64,
+        public_id: uuid::Uuid,
+        task_id: Option<i64>,
+        reference: Option<String>,
+        channel: Option<String>,
+    }
 }
-crate::rows::from_row!(AtOnceRow { id, public_id, task_id, reference, channel });
 
 /// The stored submissions of `$2` (an event key) for the users `$1`.
 const SUBMISSION_QUERY: &str = "SELECT id, public_id, user_id, body, thread_key, max_attempts, \
      (extract(epoch FROM expires_at - created_at) * 1000)::bigint AS ttl_ms \
      FROM notification WHERE user_id = ANY($1) AND event_key = $2";
 
-struct SubmissionRow {
-    id: i64,
-    public_id: uuid::Uuid,
-    user_id: String,
-    body: String,
-    thread_key: Option<String>,
-    max_attempts: Option<i32>,
-    ttl_ms: i64,
+crate::rows::row! {
+    struct SubmissionRow {
+        id: i64,
+        public_id: uuid::Uuid,
+        user_id: String,
+        body: String,
+        thread_key: Option<String>,
+        max_attempts: Option<i32>,
+        ttl_ms: i64,
+    }
 }
-crate::rows::from_row!(SubmissionRow { id, public_id, user_id, body, thread_key, max_attempts, ttl_ms });
 
 impl SubmissionRow {
     fn into_submission(self) -> StoredSubmission {
@@ -688,9 +690,11 @@ const SUBMISSIONS_OF_PAIRS: &str = "SELECT n.id, n.public_id, n.user_id, n.body,
      FROM unnest($1::text[], $2::text[]) AS k(user_id, event_key) \
      JOIN notification n ON n.user_id = k.user_id AND n.event_key = k.event_key";
 
-/// A task of one of several notifications.
-struct TasksOfRow {
-    notification_id: i64,
-    task: TaskSummaryRow,
+crate::rows::row! {
+    /// A task of one of several notifications.
+    struct TasksOfRow {
+        notification_id: i64,
+    } flatten {
+        task: TaskSummaryRow,
+    }
 }
-crate::rows::from_row!(TasksOfRow { notification_id } flatten { task });

@@ -199,15 +199,16 @@ const AT_ONCE_MANY: &str = "WITH s AS ( \
      SELECT ns.o, ns.id, ns.public_id, t.id AS task_id, t.reference, t.channel \
      FROM ns LEFT JOIN t ON t.notification_id = ns.id";
 
-struct ManyRow {
-    o: i64,
-    id: i64,
-    public_id: uuid::Uuid,
-    task_id: Option<i64>,
-    reference: Option<String>,
-    channel: Option<String>,
+crate::rows::row! {
+    struct ManyRow {
+        o: i64,
+        id: i64,
+        public_id: uuid::Uuid,
+        task_id: Option<i64>,
+        reference: Option<String>,
+        channel: Option<String>,
+    }
 }
-crate::rows::from_row!(ManyRow { o, id, public_id, task_id, reference, channel });
 
 /// Writes `writes` (distinct keys) in one statement; for each, what the single statement would have
 /// answered: `Some` when inserted, `None` when it existed.

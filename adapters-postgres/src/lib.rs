@@ -9,7 +9,7 @@
 //! One module per path; each uses only modules listed before it:
 //!
 //! * `convert` — domain ↔ database values, error classification;
-//! * `rows` — the row structs (`FromRow` by `rows::from_row!`) and their conversions, and the shared SQL fragments ([`PARKED`]);
+//! * `rows` — the row structs (declared with their `FromRow` by `rows::row!`) and their conversions, and the shared SQL fragments ([`PARKED`]);
 //! * `clock` — [`PgClock`]; `notify` — the wake-up `create` sends, and the [`TaskListener`];
 //! * `transition` — the two writes the claim and the manual resolution share;
 //! * `create`, `claim`, `finish`, `resolve`, `read` — the write paths; `views` — the read models;
@@ -56,7 +56,7 @@ pub use views::{
 /// The embedded migrations (folder `migrations/` at the workspace root), as `sqlx::migrate!` would embed
 /// them: version and description from each file's name (`0001_core.sql`: 1, "core"), the text verbatim,
 /// so the checksums recorded in `_sqlx_migrations` are the same. `build.rs` lists the files; sqlx's
-/// proc-macro crate is not built (see `rows::from_row!`).
+/// proc-macro crate is not built (see `rows::row!`).
 pub static MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> = std::sync::LazyLock::new(|| {
     use sqlx::migrate::{Migration, MigrationType, Migrator};
     use std::borrow::Cow;

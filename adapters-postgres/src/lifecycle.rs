@@ -8,7 +8,7 @@ use herald_ports::store::{Erasure, ErasureRecord, PurgeCutoffs, PurgeReport, Sto
 use sqlx::{PgConnection, PgPool};
 
 use crate::convert::{count_u32, from_db, opt_from_db, store_error, to_db};
-use crate::rows::from_row;
+use crate::rows::row;
 
 /// The erasure's lock on `$1`'s writes: the exclusive side of the shared advisory lock the guard trigger
 /// `herald_refuse_erased` (migration `0020`) takes for every user a statement writes notifications or
@@ -41,33 +41,21 @@ const SETTLE: &str = "WITH locked AS MATERIALIZED ( \
        SELECT user_id, id, last_attempt_no, herald_uuid_v7(), $7, $2, $2 FROM settled) \
      SELECT count(*)::int AS settled, (count(*) FILTER (WHERE parked))::int AS released FROM settled";
 
-struct RecordRow {
-    user_id: Option<String>,
-    requested_at: DateTime<Utc>,
-    requested_by: String,
-    settled_tasks: i32,
-    released_reviews: i32,
-    destroyed_destinations: i32,
-    content_removed_at: Option<DateTime<Utc>>,
-    content_removed: Option<i32>,
-    records_removed_at: Option<DateTime<Utc>>,
-    records_removed: Option<i32>,
-    tombstoned_at: Option<DateTime<Utc>>,
+row! {
+    struct RecordRow {
+        user_id: Option<String>,
+        requested_at: DateTime<Utc>,
+        requested_by: String,
+        settled_tasks: i32,
+        released_reviews: i32,
+        destroyed_destinations: i32,
+        content_removed_at: Option<DateTime<Utc>>,
+        content_removed: Option<i32>,
+        records_removed_at: Option<DateTime<Utc>>,
+        records_removed: Option<i32>,
+        tombstoned_at: Option<DateTime<Utc>>,
+    }
 }
-
-from_row!(RecordRow {
-    user_id,
-    requested_at,
-    requested_by,
-    settled_tasks,
-    released_reviews,
-    destroyed_destinations,
-    content_removed_at,
-    content_removed,
-    records_removed_at,
-    records_removed,
-    tombstoned_at
-});
 
 impl From<RecordRow> for ErasureRecord {
     fn from(r: RecordRow) -> ErasureRecord {

@@ -1,5 +1,5 @@
 //! Row mapping: the SQL fragments several statements share, and one struct per shape of row the store
-//! reads ([`from_row!`] makes it a `sqlx::FromRow`), each converted into the domain or port type it stands
+//! reads ([`row!`] declares it and makes it a `sqlx::FromRow`), each converted into the domain or port type it stands
 //! for.
 //!
 //! This is the bottom of the crate with `convert`: every other module reads rows through these types,
@@ -52,13 +52,27 @@ macro_rules! task_view_columns {
 }
 pub(crate) use task_view_columns;
 
-/// `impl sqlx::FromRow` for a row struct, as `#[derive(sqlx::FromRow)]` would write it: each field read
-/// from the column of its name (`Row::try_get`), each `flatten` field from the same row by its own
-/// `FromRow`. Written here rather than derived so that the build needs no sqlx proc-macro crate, which
-/// compiled sqlx's PostgreSQL driver and tokio a second time for the compiler's host (docs/ARCHITECTURE.md,
-/// "Build"). A field left out of the list does not compile: the struct literal names every field.
-macro_rules! from_row {
-    ($name:ident { $($field:ident),* $(,)? } $(flatten { $($flat:ident),* $(,)? })?) => {
+/// A row struct and its `impl sqlx::FromRow`, as `#[derive(sqlx::FromRow)]` would write it, from one list of
+/// fields: each read from the column of its name (`Row::try_get`), each `flatten` field from the same row
+/// by its own `FromRow`. Written here rather than derived so that the build needs no sqlx proc-macro
+/// crate, which compiled sqlx's PostgreSQL driver and tokio a second time for the compiler's host
+/// (docs/ARCHITECTURE.md, "Build").
+macro_rules! row {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident {
+            $($(#[$field_attr:meta])* $field_vis:vis $field:ident: $ty:ty,)*
+        }
+        $(flatten {
+            $($(#[$flat_attr:meta])* $flat_vis:vis $flat:ident: $flat_ty:ty,)*
+        })?
+    ) => {
+        $(#[$attr])*
+        $vis struct $name {
+            $($(#[$field_attr])* $field_vis $field: $ty,)*
+            $($($(#[$flat_attr])* $flat_vis $flat: $flat_ty,)*)?
+        }
+
         impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for $name {
             fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
                 use sqlx::Row as _;
@@ -70,44 +84,29 @@ macro_rules! from_row {
         }
     };
 }
-pub(crate) use from_row;
+pub(crate) use row;
 
-/// A task row as decisions read it ([`task_decision_columns!`]).
-#[derive(Clone)]
-pub(crate) struct TaskDecisionRow {
-    id: i64,
-    user_id: String,
-    notification_id: i64,
-    channel: String,
-    state: String,
-    attempt_token: Option<Uuid>,
-    lease_until: Option<DateTime<Utc>>,
-    outcome_uncertain: bool,
-    uncertain_since: Option<DateTime<Utc>>,
-    needs_review: bool,
-    next_attempt_at: Option<DateTime<Utc>>,
-    attempt_count: i32,
-    max_attempts: i32,
-    last_attempt_no: i32,
-    digest_count: Option<i32>,
+row! {
+    /// A task row as decisions read it ([`task_decision_columns!`]).
+    #[derive(Clone)]
+    pub(crate) struct TaskDecisionRow {
+        id: i64,
+        user_id: String,
+        notification_id: i64,
+        channel: String,
+        state: String,
+        attempt_token: Option<Uuid>,
+        lease_until: Option<DateTime<Utc>>,
+        outcome_uncertain: bool,
+        uncertain_since: Option<DateTime<Utc>>,
+        needs_review: bool,
+        next_attempt_at: Option<DateTime<Utc>>,
+        attempt_count: i32,
+        max_attempts: i32,
+        last_attempt_no: i32,
+        digest_count: Option<i32>,
+    }
 }
-from_row!(TaskDecisionRow {
-    id,
-    user_id,
-    notification_id,
-    channel,
-    state,
-    attempt_token,
-    lease_until,
-    outcome_uncertain,
-    uncertain_since,
-    needs_review,
-    next_attempt_at,
-    attempt_count,
-    max_attempts,
-    last_attempt_no,
-    digest_count
-});
 
 /// A task as the claim and the manual resolution decide on it.
 pub(crate) struct TaskRow {
@@ -149,20 +148,22 @@ impl TryFrom<TaskDecisionRow> for TaskRow {
     }
 }
 
-/// A row of the claim query: the task, and what the claim reads with it in the same transaction.
-pub(crate) struct ClaimRow {
-    pub task: TaskDecisionRow,
-    pub reference: String,
-    pub body: String,
-    /// The digest's own expiry, else the notification's.
-    pub expires_at: DateTime<Utc>,
-    pub pref_enabled: bool,
-    /// The encrypted destination (never decrypted here).
-    pub destination: Option<Vec<u8>>,
-    /// The user was erased (SPEC §13): the claim settles the task without a call.
-    pub erased: bool,
+row! {
+    /// A row of the claim query: the task, and what the claim reads with it in the same transaction.
+    pub(crate) struct ClaimRow {
+        pub reference: String,
+        pub body: String,
+        /// The digest's own expiry, else the notification's.
+        pub expires_at: DateTime<Utc>,
+        pub pref_enabled: bool,
+        /// The encrypted destination (never decrypted here).
+        pub destination: Option<Vec<u8>>,
+        /// The user was erased (SPEC §13): the claim settles the task without a call.
+        pub erased: bool,
+    } flatten {
+        pub task: TaskDecisionRow,
+    }
 }
-from_row!(ClaimRow { reference, body, expires_at, pref_enabled, destination, erased } flatten { task });
 
 impl ClaimRow {
     /// The channel, for ordering a batch before any egress row is locked.
@@ -171,14 +172,15 @@ impl ClaimRow {
     }
 }
 
-/// A holding a claim took: what the `UPDATE … RETURNING` of the lease answers for one task.
-pub(crate) struct HeldRow {
-    pub id: i64,
-    attempt_token: Uuid,
-    attempt_count: i32,
-    last_attempt_no: i32,
+row! {
+    /// A holding a claim took: what the `UPDATE … RETURNING` of the lease answers for one task.
+    pub(crate) struct HeldRow {
+        pub id: i64,
+        attempt_token: Uuid,
+        attempt_count: i32,
+        last_attempt_no: i32,
+    }
 }
-from_row!(HeldRow { id, attempt_token, attempt_count, last_attempt_no });
 
 impl HeldRow {
     /// The token, the attempts used with this one, and this attempt's number.
@@ -187,14 +189,15 @@ impl HeldRow {
     }
 }
 
-/// One task of a notification, as `create` answers it.
-pub(crate) struct TaskSummaryRow {
-    id: i64,
-    reference: String,
-    channel: String,
-    state: String,
+row! {
+    /// One task of a notification, as `create` answers it.
+    pub(crate) struct TaskSummaryRow {
+        id: i64,
+        reference: String,
+        channel: String,
+        state: String,
+    }
 }
-from_row!(TaskSummaryRow { id, reference, channel, state });
 
 impl TryFrom<TaskSummaryRow> for TaskSummary {
     type Error = StoreError;
@@ -209,39 +212,25 @@ impl TryFrom<TaskSummaryRow> for TaskSummary {
     }
 }
 
-/// A task as the read models show it ([`task_view_columns!`]), attempts loaded separately.
-pub(crate) struct TaskViewRow {
-    id: i64,
-    user_id: String,
-    notification_id: i64,
-    channel: String,
-    state: String,
-    outcome_uncertain: bool,
-    needs_review: bool,
-    attempt_count: i32,
-    next_attempt_at: Option<DateTime<Utc>>,
-    provider_msg_id: Option<String>,
-    last_error: Option<String>,
-    digest_count: Option<i32>,
-    reference: String,
-    notification_ref: Uuid,
+row! {
+    /// A task as the read models show it ([`task_view_columns!`]), attempts loaded separately.
+    pub(crate) struct TaskViewRow {
+        id: i64,
+        user_id: String,
+        notification_id: i64,
+        channel: String,
+        state: String,
+        outcome_uncertain: bool,
+        needs_review: bool,
+        attempt_count: i32,
+        next_attempt_at: Option<DateTime<Utc>>,
+        provider_msg_id: Option<String>,
+        last_error: Option<String>,
+        digest_count: Option<i32>,
+        reference: String,
+        notification_ref: Uuid,
+    }
 }
-from_row!(TaskViewRow {
-    id,
-    user_id,
-    notification_id,
-    channel,
-    state,
-    outcome_uncertain,
-    needs_review,
-    attempt_count,
-    next_attempt_at,
-    provider_msg_id,
-    last_error,
-    digest_count,
-    reference,
-    notification_ref
-});
 
 impl TryFrom<TaskViewRow> for TaskView {
     type Error = StoreError;
@@ -267,31 +256,21 @@ impl TryFrom<TaskViewRow> for TaskView {
     }
 }
 
-/// One attempt of a task (`ATTEMPTS_OF_TASKS`).
-pub(crate) struct AttemptRow {
-    pub task_id: i64,
-    attempt_no: i32,
-    action: Option<String>,
-    outcome: Option<String>,
-    late_outcome: Option<String>,
-    detail: Option<String>,
-    started_at: DateTime<Utc>,
-    finished_at: Option<DateTime<Utc>>,
-    note: Option<String>,
-    decided_by: Option<String>,
+row! {
+    /// One attempt of a task (`ATTEMPTS_OF_TASKS`).
+    pub(crate) struct AttemptRow {
+        pub task_id: i64,
+        attempt_no: i32,
+        action: Option<String>,
+        outcome: Option<String>,
+        late_outcome: Option<String>,
+        detail: Option<String>,
+        started_at: DateTime<Utc>,
+        finished_at: Option<DateTime<Utc>>,
+        note: Option<String>,
+        decided_by: Option<String>,
+    }
 }
-from_row!(AttemptRow {
-    task_id,
-    attempt_no,
-    action,
-    outcome,
-    late_outcome,
-    detail,
-    started_at,
-    finished_at,
-    note,
-    decided_by
-});
 
 impl TryFrom<AttemptRow> for AttemptView {
     type Error = StoreError;
@@ -311,18 +290,19 @@ impl TryFrom<AttemptRow> for AttemptView {
     }
 }
 
-/// A notification, without its tasks.
-pub(crate) struct NotificationRow {
-    id: i64,
-    public_id: Uuid,
-    pub user_id: String,
-    event_key: String,
-    body: String,
-    thread_key: Option<String>,
-    created_at: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
+row! {
+    /// A notification, without its tasks.
+    pub(crate) struct NotificationRow {
+        id: i64,
+        public_id: Uuid,
+        pub user_id: String,
+        event_key: String,
+        body: String,
+        thread_key: Option<String>,
+        created_at: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    }
 }
-from_row!(NotificationRow { id, public_id, user_id, event_key, body, thread_key, created_at, expires_at });
 
 impl NotificationRow {
     /// The view of this notification with its `tasks`.
@@ -341,15 +321,16 @@ impl NotificationRow {
     }
 }
 
-/// An inbox item, without its channels.
-pub(crate) struct InboxRow {
-    notification_id: i64,
-    public_id: Uuid,
-    body: String,
-    created_at: DateTime<Utc>,
-    read_at: Option<DateTime<Utc>>,
+row! {
+    /// An inbox item, without its channels.
+    pub(crate) struct InboxRow {
+        notification_id: i64,
+        public_id: Uuid,
+        body: String,
+        created_at: DateTime<Utc>,
+        read_at: Option<DateTime<Utc>>,
+    }
 }
-from_row!(InboxRow { notification_id, public_id, body, created_at, read_at });
 
 impl From<InboxRow> for InboxItem {
     fn from(row: InboxRow) -> InboxItem {
@@ -364,29 +345,20 @@ impl From<InboxRow> for InboxItem {
     }
 }
 
-/// How one channel of an inbox item stands: the event's own task, or the digest task it joined.
-pub(crate) struct InboxChannelRow {
-    pub notification_id: i64,
-    channel: String,
-    state: String,
-    needs_review: bool,
-    in_digest: bool,
-    attempt_count: i32,
-    last_outcome: Option<String>,
-    last_note: Option<String>,
-    destination_gone: bool,
+row! {
+    /// How one channel of an inbox item stands: the event's own task, or the digest task it joined.
+    pub(crate) struct InboxChannelRow {
+        pub notification_id: i64,
+        channel: String,
+        state: String,
+        needs_review: bool,
+        in_digest: bool,
+        attempt_count: i32,
+        last_outcome: Option<String>,
+        last_note: Option<String>,
+        destination_gone: bool,
+    }
 }
-from_row!(InboxChannelRow {
-    notification_id,
-    channel,
-    state,
-    needs_review,
-    in_digest,
-    attempt_count,
-    last_outcome,
-    last_note,
-    destination_gone
-});
 
 impl TryFrom<InboxChannelRow> for InboxChannel {
     type Error = StoreError;
@@ -405,40 +377,46 @@ impl TryFrom<InboxChannelRow> for InboxChannel {
     }
 }
 
-/// A parked task of the review queue: the task's view columns and when it was parked.
-pub(crate) struct ParkedRow {
-    pub parked_at: DateTime<Utc>,
-    pub task: TaskViewRow,
+row! {
+    /// A parked task of the review queue: the task's view columns and when it was parked.
+    pub(crate) struct ParkedRow {
+        pub parked_at: DateTime<Utc>,
+    } flatten {
+        pub task: TaskViewRow,
+    }
 }
-from_row!(ParkedRow { parked_at } flatten { task });
 
-/// A notification id found by a look-up.
-pub(crate) struct IdRow {
-    pub id: i64,
+row! {
+    /// A notification id found by a look-up.
+    pub(crate) struct IdRow {
+        pub id: i64,
+    }
 }
-from_row!(IdRow { id });
 
-/// When an inbox item was read.
-pub(crate) struct ReadAtRow {
-    pub read_at: Option<DateTime<Utc>>,
+row! {
+    /// When an inbox item was read.
+    pub(crate) struct ReadAtRow {
+        pub read_at: Option<DateTime<Utc>>,
+    }
 }
-from_row!(ReadAtRow { read_at });
 
-/// Attempts of one channel with one outcome (the console's overview).
-pub(crate) struct OutcomeCountRow {
-    channel: String,
-    outcome: String,
-    n: i64,
-    latest: DateTime<Utc>,
+row! {
+    /// Attempts of one channel with one outcome (the console's overview).
+    pub(crate) struct OutcomeCountRow {
+        channel: String,
+        outcome: String,
+        n: i64,
+        latest: DateTime<Utc>,
+    }
 }
-from_row!(OutcomeCountRow { channel, outcome, n, latest });
 
-pub(crate) struct OutcomeBucketRow {
-    start_ms: i64,
-    outcome: String,
-    n: i64,
+row! {
+    pub(crate) struct OutcomeBucketRow {
+        start_ms: i64,
+        outcome: String,
+        n: i64,
+    }
 }
-from_row!(OutcomeBucketRow { start_ms, outcome, n });
 
 impl TryFrom<OutcomeBucketRow> for OutcomeBucket {
     type Error = StoreError;
@@ -452,11 +430,12 @@ impl TryFrom<OutcomeBucketRow> for OutcomeBucket {
     }
 }
 
-pub(crate) struct ParkedBucketRow {
-    start_ms: i64,
-    n: i64,
+row! {
+    pub(crate) struct ParkedBucketRow {
+        start_ms: i64,
+        n: i64,
+    }
 }
-from_row!(ParkedBucketRow { start_ms, n });
 
 impl From<ParkedBucketRow> for ParkedBucket {
     fn from(row: ParkedBucketRow) -> ParkedBucket {
@@ -477,12 +456,13 @@ impl TryFrom<OutcomeCountRow> for OutcomeCount {
     }
 }
 
-/// A channel's egress row.
-pub(crate) struct EgressRow {
-    channel: String,
-    last_call_at: Option<DateTime<Utc>>,
+row! {
+    /// A channel's egress row.
+    pub(crate) struct EgressRow {
+        channel: String,
+        last_call_at: Option<DateTime<Utc>>,
+    }
 }
-from_row!(EgressRow { channel, last_call_at });
 
 impl From<EgressRow> for EgressSlot {
     fn from(row: EgressRow) -> EgressSlot {
@@ -490,16 +470,17 @@ impl From<EgressRow> for EgressSlot {
     }
 }
 
-/// One group of the task gauges, summed from the task tally (`TASK_TALLY` in `views`).
-pub(crate) struct TaskCountRow {
-    channel: String,
-    state: String,
-    parked: bool,
-    n: i64,
-    /// The tally rows the sum was taken over.
-    entries: i64,
+row! {
+    /// One group of the task gauges, summed from the task tally (`TASK_TALLY` in `views`).
+    pub(crate) struct TaskCountRow {
+        channel: String,
+        state: String,
+        parked: bool,
+        n: i64,
+        /// The tally rows the sum was taken over.
+        entries: i64,
+    }
 }
-from_row!(TaskCountRow { channel, state, parked, n, entries });
 
 impl TaskCountRow {
     pub(crate) fn entries(&self) -> i64 {
@@ -525,16 +506,17 @@ impl TryFrom<TaskCountRow> for TaskCount {
     }
 }
 
-/// A preference, as the preference store answers it (`PREF_COLUMNS` in `prefs`).
-pub(crate) struct PrefRow {
-    user_id: String,
-    channel: String,
-    enabled: bool,
-    has_destination: bool,
-    verified: bool,
-    version: i64,
+row! {
+    /// A preference, as the preference store answers it (`PREF_COLUMNS` in `prefs`).
+    pub(crate) struct PrefRow {
+        user_id: String,
+        channel: String,
+        enabled: bool,
+        has_destination: bool,
+        verified: bool,
+        version: i64,
+    }
 }
-from_row!(PrefRow { user_id, channel, enabled, has_destination, verified, version });
 
 impl From<PrefRow> for ChannelPref {
     fn from(row: PrefRow) -> ChannelPref {
@@ -549,13 +531,14 @@ impl From<PrefRow> for ChannelPref {
     }
 }
 
-/// A stored ciphertext with its owner and channel.
-pub(crate) struct DestinationRow {
-    user_id: String,
-    channel: String,
-    destination: Vec<u8>,
+row! {
+    /// A stored ciphertext with its owner and channel.
+    pub(crate) struct DestinationRow {
+        user_id: String,
+        channel: String,
+        destination: Vec<u8>,
+    }
 }
-from_row!(DestinationRow { user_id, channel, destination });
 
 impl From<DestinationRow> for StoredDestination {
     fn from(row: DestinationRow) -> StoredDestination {

@@ -19,42 +19,26 @@ const SESSION_COLUMNS: &str = "id_digest, user_id, role, credential_kind, creden
      credential_expires_at, csrf, created_at, last_seen_at, expires_at, ended_reason, operator_subject, operator_name, \
      operator_role, provider_grant";
 
-struct SessionRow {
-    id_digest: Vec<u8>,
-    user_id: Option<String>,
-    role: String,
-    credential_kind: String,
-    credential_digest: Vec<u8>,
-    credential_key: Option<String>,
-    credential_expires_at: Option<DateTime<Utc>>,
-    csrf: String,
-    created_at: DateTime<Utc>,
-    last_seen_at: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
-    ended_reason: Option<String>,
-    operator_subject: Option<String>,
-    operator_name: Option<String>,
-    operator_role: Option<String>,
-    provider_grant: Option<String>,
+crate::rows::row! {
+    struct SessionRow {
+        id_digest: Vec<u8>,
+        user_id: Option<String>,
+        role: String,
+        credential_kind: String,
+        credential_digest: Vec<u8>,
+        credential_key: Option<String>,
+        credential_expires_at: Option<DateTime<Utc>>,
+        csrf: String,
+        created_at: DateTime<Utc>,
+        last_seen_at: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+        ended_reason: Option<String>,
+        operator_subject: Option<String>,
+        operator_name: Option<String>,
+        operator_role: Option<String>,
+        provider_grant: Option<String>,
+    }
 }
-crate::rows::from_row!(SessionRow {
-    id_digest,
-    user_id,
-    role,
-    credential_kind,
-    credential_digest,
-    credential_key,
-    credential_expires_at,
-    csrf,
-    created_at,
-    last_seen_at,
-    expires_at,
-    ended_reason,
-    operator_subject,
-    operator_name,
-    operator_role,
-    provider_grant,
-});
 
 fn digest(bytes: &[u8]) -> Result<Digest, StoreError> {
     bytes.try_into().map_err(|_| StoreError::Unknown(anyhow::anyhow!("a stored digest is not 32 bytes")))
@@ -175,11 +159,7 @@ impl SessionStore for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(store_error)?;
-        for event in audit {
-            crate::audit::insert(&mut tx, event).await?;
-        }
-        tx.commit().await.map_err(store_error)?;
-        Ok(())
+        crate::audit::commit_with(tx, audit).await
     }
 
     async fn session(&self, id_digest: &Digest) -> Result<Option<StoredSession>, StoreError> {
@@ -223,12 +203,7 @@ impl SessionStore for PgStore {
         .await
         .map_err(store_error)?;
         let ended = done.rows_affected() > 0;
-        if ended {
-            for event in audit {
-                crate::audit::insert(&mut tx, event).await?;
-            }
-        }
-        tx.commit().await.map_err(store_error)?;
+        crate::audit::commit_with(tx, if ended { audit } else { &[] }).await?;
         Ok(ended)
     }
 

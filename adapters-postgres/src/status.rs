@@ -8,7 +8,7 @@ use herald_ports::{ParkedStatusEvent, StatusEvent, StoreError, SubscriptionFilte
 use sqlx::PgPool;
 
 use crate::convert::{from_db, store_error, to_db};
-use crate::rows::from_row;
+use crate::rows::row;
 
 /// Replaces the subscriptions in one transaction: a task change commits against the old set or the new.
 /// Processes starting at once take turns (the lock conflicts with itself, not with the trigger's reads), and
@@ -63,37 +63,23 @@ const CLAIM_STATUS_EVENTS: &str = "WITH due AS ( \
        FROM held h JOIN notification n ON n.user_id = h.user_id AND n.id = h.notification_id \
       ORDER BY h.seq";
 
-struct ClaimedRow {
-    id: uuid::Uuid,
-    seq: i64,
-    subscription: String,
-    channel: String,
-    attempt_no: i32,
-    kind: String,
-    reason: Option<String>,
-    channel_message_id: Option<String>,
-    occurred_at: DateTime<Utc>,
-    tries: i32,
-    public_id: uuid::Uuid,
-    event_key: String,
-    body: Option<String>,
+row! {
+    struct ClaimedRow {
+        id: uuid::Uuid,
+        seq: i64,
+        subscription: String,
+        channel: String,
+        attempt_no: i32,
+        kind: String,
+        reason: Option<String>,
+        channel_message_id: Option<String>,
+        occurred_at: DateTime<Utc>,
+        tries: i32,
+        public_id: uuid::Uuid,
+        event_key: String,
+        body: Option<String>,
+    }
 }
-
-from_row!(ClaimedRow {
-    id,
-    seq,
-    subscription,
-    channel,
-    attempt_no,
-    kind,
-    reason,
-    channel_message_id,
-    occurred_at,
-    tries,
-    public_id,
-    event_key,
-    body,
-});
 
 fn kind(name: &str) -> Result<StatusKind, StoreError> {
     StatusKind::parse(name).ok_or_else(|| StoreError::Unknown(anyhow::anyhow!("unknown status event kind {name:?}")))
@@ -178,18 +164,18 @@ pub(crate) async fn park(pool: &PgPool, id: uuid::Uuid, now: Timestamp, error: &
     Ok(())
 }
 
-struct ParkedRow {
-    id: uuid::Uuid,
-    subscription: String,
-    kind: String,
-    public_id: uuid::Uuid,
-    channel: String,
-    tries: i32,
-    last_error: Option<String>,
-    parked_at: DateTime<Utc>,
+row! {
+    struct ParkedRow {
+        id: uuid::Uuid,
+        subscription: String,
+        kind: String,
+        public_id: uuid::Uuid,
+        channel: String,
+        tries: i32,
+        last_error: Option<String>,
+        parked_at: DateTime<Utc>,
+    }
 }
-
-from_row!(ParkedRow { id, subscription, kind, public_id, channel, tries, last_error, parked_at });
 
 pub(crate) async fn parked(pool: &PgPool, limit: u32) -> Result<Vec<ParkedStatusEvent>, StoreError> {
     let rows: Vec<ParkedRow> = sqlx::query_as(

@@ -81,9 +81,6 @@ pub(crate) async fn reserve_test_send(
             .await
             .map_err(store_error)?;
     }
-    for event in audit {
-        crate::audit::insert(&mut tx, event).await?;
-    }
-    tx.commit().await.map_err(store_error)?;
+    crate::audit::commit_with(tx, audit).await?;
     Ok(TestSendGrant::Go)
 }

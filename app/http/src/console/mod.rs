@@ -349,6 +349,8 @@ impl Ctx {
 /// Who may ask for a page, as its handler receives them: found from the request's session before the
 /// handler runs, or the answer to give instead (the sign-in page without a session, 403 for the other
 /// kind of person).
+// The `Err` is the page to answer instead, as for `Ctx`'s access checks.
+#[allow(clippy::result_large_err)]
 pub trait Visitor: Sized + Send {
     /// Who `ctx`'s session is, if it is one of these.
     ///
