@@ -88,14 +88,9 @@ const GIVE_BACK_QUERY: &str = "WITH held AS ( \
 /// Runs [`FINISH_QUERY`] for `record`.
 pub(crate) async fn finish(pool: &PgPool, record: &FinishRecord) -> Result<FinishResult, StoreError> {
     let t = &record.transition;
-    let result: Option<String> = sqlx::query_scalar(FINISH_QUERY)
-        .bind(record.user_id.as_str())
-        .bind(record.task_id.0)
-        .bind(record.token.0)
-        .bind(t.state.as_str())
-        .bind(t.outcome_uncertain)
-        .bind(t.needs_review)
-        .bind(opt_to_db(t.next_attempt_at))
+    let query =
+        sqlx::query_scalar(FINISH_QUERY).bind(record.user_id.as_str()).bind(record.task_id.0).bind(record.token.0);
+    let result: Option<String> = crate::transition::bind_transition!(query, t)
         .bind(opt_to_db(t.uncertain_since))
         .bind(t.provider_msg_id.as_deref())
         .bind(last_error(record))

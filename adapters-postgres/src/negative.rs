@@ -6,7 +6,7 @@ use sqlx::postgres::PgRow;
 use sqlx::FromRow;
 
 use crate::claim::{claim_head, claim_rows, claim_tail, egress_spacing};
-use crate::convert::{channel_names, opt_to_db, store_error, to_db};
+use crate::convert::{channel_names, store_error, to_db};
 use crate::rows::task_decision_columns;
 use crate::rows::ClaimRow;
 use crate::store::PgStore;
@@ -81,22 +81,18 @@ pub async fn claim_ignoring_erasure(store: &PgStore, request: &ClaimRequest) -> 
 /// # Errors
 /// Store failures.
 pub async fn finish_by_id_only(store: &PgStore, record: &FinishRecord) -> Result<(), StoreError> {
-    let t = &record.transition;
-    sqlx::query(
+    let query = sqlx::query(
         "UPDATE delivery_task SET state = $3, outcome_uncertain = $4, needs_review = $5, next_attempt_at = $6, \
          attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = $7 \
          WHERE user_id = $1 AND id = $2",
     )
     .bind(record.user_id.as_str())
-    .bind(record.task_id.0)
-    .bind(t.state.as_str())
-    .bind(t.outcome_uncertain)
-    .bind(t.needs_review)
-    .bind(opt_to_db(t.next_attempt_at))
-    .bind(to_db(record.now))
-    .execute(store.pool())
-    .await
-    .map_err(store_error)?;
+    .bind(record.task_id.0);
+    crate::transition::bind_transition!(query, &record.transition)
+        .bind(to_db(record.now))
+        .execute(store.pool())
+        .await
+        .map_err(store_error)?;
     Ok(())
 }
 

@@ -8,6 +8,20 @@ use sqlx::PgConnection;
 use crate::convert::{opt_to_db, store_error, to_db};
 use crate::rows::TaskRow;
 
+/// Binds, in this order, the four columns every write of a [`Transition`] sets — `state`,
+/// `outcome_uncertain`, `needs_review`, `next_attempt_at` — to the next four parameters of `query`.
+macro_rules! bind_transition {
+    ($query:expr, $transition:expr) => {{
+        let t: &herald_domain::Transition = $transition;
+        $query
+            .bind(t.state.as_str())
+            .bind(t.outcome_uncertain)
+            .bind(t.needs_review)
+            .bind($crate::convert::opt_to_db(t.next_attempt_at))
+    }};
+}
+pub(crate) use bind_transition;
+
 /// Stores a transition that ends or pauses the current holding (no lease, no token).
 pub(crate) async fn store_transition(
     conn: &mut PgConnection,
@@ -16,25 +30,22 @@ pub(crate) async fn store_transition(
     detail: Option<&str>,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    let query = sqlx::query(
         "UPDATE delivery_task SET state = $3, outcome_uncertain = $4, needs_review = $5, next_attempt_at = $6, \
          uncertain_since = $7, provider_msg_id = COALESCE($8, provider_msg_id), last_error = $9, \
          attempt_token = NULL, lease_owner = NULL, lease_until = NULL, updated_at = $10 \
          WHERE user_id = $1 AND id = $2",
     )
     .bind(task.user_id.as_str())
-    .bind(task.id.0)
-    .bind(t.state.as_str())
-    .bind(t.outcome_uncertain)
-    .bind(t.needs_review)
-    .bind(opt_to_db(t.next_attempt_at))
-    .bind(opt_to_db(t.uncertain_since))
-    .bind(t.provider_msg_id.as_deref())
-    .bind(detail.or(t.reason))
-    .bind(to_db(now))
-    .execute(&mut *conn)
-    .await
-    .map_err(store_error)?;
+    .bind(task.id.0);
+    bind_transition!(query, t)
+        .bind(opt_to_db(t.uncertain_since))
+        .bind(t.provider_msg_id.as_deref())
+        .bind(detail.or(t.reason))
+        .bind(to_db(now))
+        .execute(&mut *conn)
+        .await
+        .map_err(store_error)?;
     Ok(())
 }
 
