@@ -80,6 +80,8 @@ struct Data<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     decision: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    actor: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     channel_message_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     body: Option<&'a str>,
@@ -107,6 +109,7 @@ pub fn payload(event: &StatusEvent) -> String {
             occurred_at: rfc3339(event.occurred_at),
             reason: event.reason.as_deref().filter(|_| !resolved),
             decision: event.reason.as_deref().filter(|_| resolved),
+            actor: event.actor.as_deref().filter(|_| resolved),
             channel_message_id: event.channel_message_id.as_deref(),
             body: event.body.as_deref(),
         },

@@ -40,12 +40,14 @@ pub(crate) async fn create(
     let mut tx = pool.begin().await.map_err(store_error)?;
     let inserted: Option<(i64, uuid::Uuid)> = bind_notification(
         sqlx::query_as(
-            "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id",
+            "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at, \
+               submitted_by) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id",
         ),
         new,
         now,
     )
+    .bind(new.submitted_by.as_deref())
     .fetch_optional(&mut *tx)
     .await
     .map_err(store_error)?;
@@ -151,14 +153,16 @@ pub(crate) async fn existing(pool: &PgPool, new: &NewNotification) -> Result<Cre
 }
 
 /// A submission without digest decisions, in one statement: the notification, its inbox item and a
-/// `PENDING` task, due now, on each channel of `$8` the user has enabled (`$9` the budgets, pairwise).
+/// `PENDING` task, due now, on each channel of `$8` the user has enabled (`$9` the budgets, pairwise);
+/// `$10` the submitting service token.
 /// The task insert joins the notification insert's `RETURNING`, so a duplicate (no row returned) writes
 /// nothing else; the foreign key from the tasks to the notification is checked at the end of the
 /// statement, when the notification is there. One row per task (one with no task when none was
 /// written); no row at all for a duplicate.
 const AT_ONCE: &str = "WITH n AS ( \
-       INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
-       VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id), \
+       INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at, \
+         submitted_by) \
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $10) ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id), \
      i AS (INSERT INTO inbox_item (user_id, notification_id, created_at) SELECT $1, id, $6 FROM n), \
      t AS ( \
        INSERT INTO delivery_task (user_id, notification_id, channel, state, next_attempt_at, max_attempts, \
@@ -181,6 +185,7 @@ pub(crate) async fn create_at_once(
     let rows: Vec<AtOnceRow> = bind_notification(sqlx::query_as(AT_ONCE), new, now)
         .bind(channel_names(channels))
         .bind(&budgets)
+        .bind(new.submitted_by.as_deref())
         .fetch_all(pool)
         .await
         .map_err(store_error)?;
@@ -458,9 +463,10 @@ pub(crate) async fn create_many(
 
     let mut tx = pool.begin().await.map_err(store_error)?;
     let inserted: Vec<(i64, uuid::Uuid, String)> = sqlx::query_as(
-        "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
-         SELECT u, k, b, t, m, $7, e FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], \
-           $6::timestamptz[]) WITH ORDINALITY AS r(u, k, b, t, m, e, o) ORDER BY o \
+        "INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at, \
+           submitted_by) \
+         SELECT u, k, b, t, m, $7, e, s FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], \
+           $6::timestamptz[], $8::text[]) WITH ORDINALITY AS r(u, k, b, t, m, e, s, o) ORDER BY o \
          ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id, user_id",
     )
     .bind(&users)
@@ -470,6 +476,7 @@ pub(crate) async fn create_many(
     .bind(&budgets)
     .bind(&expiries)
     .bind(to_db(now))
+    .bind(column(&|n| n.submitted_by.clone()))
     .fetch_all(&mut *tx)
     .await
     .map_err(store_error)?;

@@ -172,16 +172,20 @@ async fn flush(pool: &PgPool, batch: Vec<Queued>) {
 /// `AT_ONCE` for many submissions, each row as that statement writes it: `$1`–`$7` the notifications'
 /// columns (user, event key, body, thread, attempt budget, created, expires) pairwise, the ordinal of
 /// each its position in them; `$8`–`$11` one row per (submission, configured channel): the submission's
-/// ordinal, the channel, its attempt budget and its position among the channels. A task is written for
+/// ordinal, the channel, its attempt budget and its position among the channels; `$12` the submitting
+/// service token of each notification, pairwise with `$1`. A task is written for
 /// each channel the user has enabled. One row per task of an inserted notification (one with no task
 /// when none was written); none for a notification that existed.
 const AT_ONCE_MANY: &str = "WITH s AS ( \
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[], \
-                            $7::timestamptz[]) \
-         WITH ORDINALITY AS s(user_id, event_key, body, thread_key, max_attempts, created_at, expires_at, o)), \
+                            $7::timestamptz[], $12::text[]) \
+         WITH ORDINALITY AS s(user_id, event_key, body, thread_key, max_attempts, created_at, expires_at, \
+                              submitted_by, o)), \
      n AS ( \
-       INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at) \
-       SELECT user_id, event_key, body, thread_key, max_attempts, created_at, expires_at FROM s ORDER BY o \
+       INSERT INTO notification (user_id, event_key, body, thread_key, max_attempts, created_at, expires_at, \
+         submitted_by) \
+       SELECT user_id, event_key, body, thread_key, max_attempts, created_at, expires_at, submitted_by \
+       FROM s ORDER BY o \
        ON CONFLICT (user_id, event_key) DO NOTHING RETURNING id, public_id, user_id, event_key), \
      ns AS (SELECT n.id, n.public_id, s.user_id, s.thread_key, s.created_at, s.o \
             FROM n JOIN s ON s.user_id = n.user_id AND s.event_key = n.event_key), \
@@ -229,6 +233,7 @@ async fn write(pool: &PgPool, writes: &[Queued]) -> Result<Vec<Option<Created>>,
         .bind(columns.task_channels)
         .bind(columns.task_budgets)
         .bind(columns.task_positions)
+        .bind(columns.submitters)
         .fetch_all(pool)
         .await
         .map_err(store_error)?;
@@ -277,6 +282,7 @@ struct Columns {
     task_channels: Vec<String>,
     task_budgets: Vec<i32>,
     task_positions: Vec<i32>,
+    submitters: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -288,6 +294,7 @@ impl Columns {
         self.budgets.push(new.max_attempts.map(count_i32));
         self.created.push(to_db(now));
         self.expires.push(to_db(now + new.ttl));
+        self.submitters.push(new.submitted_by.clone());
         for ((name, rules), position) in channels.0.iter().zip(0_i32..) {
             self.task_ordinals.push(ordinal);
             self.task_channels.push(name.as_str().to_owned());
@@ -312,6 +319,7 @@ mod tests {
             ttl: Millis(1000),
             max_attempts: None,
             thread_key: None,
+            submitted_by: None,
         };
         (Queued { new, channels: ChannelTable::default(), now: Timestamp::from_millis(0), reply }, answer)
     }

@@ -370,5 +370,6 @@ pub(crate) async fn purge(pool: &PgPool, c: &PurgeCutoffs) -> Result<PurgeReport
     .map_err(store_error)?
     .rows_affected();
     report.tombstones = u32::try_from(tombstones).unwrap_or(u32::MAX);
+    report.status_events = crate::status::purge_delivered(pool, c.status_events_before, c.batch).await?;
     Ok(report)
 }

@@ -19,14 +19,14 @@ pub(crate) async fn set_subscriptions(pool: &PgPool, subscriptions: &[Subscripti
         .execute(&mut *tx)
         .await
         .map_err(store_error)?;
-    let stored: Vec<(String, Vec<String>)> =
-        sqlx::query_as("SELECT name, kinds FROM status_subscription ORDER BY name")
+    let stored: Vec<(String, Vec<String>, Option<Vec<String>>)> =
+        sqlx::query_as("SELECT name, kinds, service_tokens FROM status_subscription ORDER BY name")
             .fetch_all(&mut *tx)
             .await
             .map_err(store_error)?;
-    let mut wanted: Vec<(String, Vec<String>)> = subscriptions
+    let mut wanted: Vec<(String, Vec<String>, Option<Vec<String>>)> = subscriptions
         .iter()
-        .map(|s| (s.name.clone(), s.kinds.iter().map(|k| k.as_str().to_owned()).collect()))
+        .map(|s| (s.name.clone(), s.kinds.iter().map(|k| k.as_str().to_owned()).collect(), s.service_tokens.clone()))
         .collect();
     wanted.sort();
     if stored == wanted {
@@ -35,9 +35,10 @@ pub(crate) async fn set_subscriptions(pool: &PgPool, subscriptions: &[Subscripti
     sqlx::query("DELETE FROM status_subscription").execute(&mut *tx).await.map_err(store_error)?;
     for subscription in subscriptions {
         let kinds: Vec<&str> = subscription.kinds.iter().map(|kind| kind.as_str()).collect();
-        sqlx::query("INSERT INTO status_subscription (name, kinds) VALUES ($1, $2)")
+        sqlx::query("INSERT INTO status_subscription (name, kinds, service_tokens) VALUES ($1, $2, $3)")
             .bind(&subscription.name)
             .bind(&kinds)
+            .bind(&subscription.service_tokens)
             .execute(&mut *tx)
             .await
             .map_err(store_error)?;
@@ -56,8 +57,8 @@ const CLAIM_STATUS_EVENTS: &str = "WITH due AS ( \
      held AS ( \
        UPDATE status_event e SET due_at = $4, tries = e.tries + 1 FROM due WHERE e.id = due.id \
        RETURNING e.id, e.seq, e.subscription, e.user_id, e.notification_id, e.channel, e.attempt_no, e.kind, \
-                 e.reason, e.channel_message_id, e.occurred_at, e.tries) \
-     SELECT h.id, h.seq, h.subscription, h.channel, h.attempt_no, h.kind, h.reason, h.channel_message_id, \
+                 e.reason, e.actor, e.channel_message_id, e.occurred_at, e.tries) \
+     SELECT h.id, h.seq, h.subscription, h.channel, h.attempt_no, h.kind, h.reason, h.actor, h.channel_message_id, \
             h.occurred_at, h.tries, n.public_id, n.event_key, \
             CASE WHEN h.subscription = ANY ($5) THEN n.body END AS body \
        FROM held h JOIN notification n ON n.user_id = h.user_id AND n.id = h.notification_id \
@@ -72,6 +73,7 @@ row! {
         attempt_no: i32,
         kind: String,
         reason: Option<String>,
+        actor: Option<String>,
         channel_message_id: Option<String>,
         occurred_at: DateTime<Utc>,
         tries: i32,
@@ -118,6 +120,7 @@ pub(crate) async fn claim(
                 channel: row.channel,
                 attempt: count(row.attempt_no),
                 reason: row.reason,
+                actor: row.actor,
                 channel_message_id: row.channel_message_id,
                 occurred_at: from_db(row.occurred_at),
                 tries: count(row.tries),
@@ -162,6 +165,28 @@ pub(crate) async fn park(pool: &PgPool, id: uuid::Uuid, now: Timestamp, error: &
     .await
     .map_err(store_error)?;
     Ok(())
+}
+
+/// Removes the events delivered before `before`, oldest first, `batch` per statement (each its own
+/// transaction), by the index of delivered events; pending and parked events are not in it.
+pub(crate) async fn purge_delivered(pool: &PgPool, before: Timestamp, batch: u32) -> Result<u32, StoreError> {
+    let mut removed = 0u64;
+    loop {
+        let n = sqlx::query(
+            "DELETE FROM status_event WHERE id IN (SELECT id FROM status_event \
+               WHERE delivered_at IS NOT NULL AND delivered_at < $1 ORDER BY delivered_at LIMIT $2)",
+        )
+        .bind(to_db(before))
+        .bind(i64::from(batch))
+        .execute(pool)
+        .await
+        .map_err(store_error)?
+        .rows_affected();
+        removed += n;
+        if n < u64::from(batch) {
+            return Ok(u32::try_from(removed).unwrap_or(u32::MAX));
+        }
+    }
 }
 
 row! {

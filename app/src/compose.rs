@@ -196,8 +196,14 @@ pub async fn status_dispatcher(
     use herald_core::status::{Dispatcher, Subscriptions};
     use herald_ports::{StatusEventStore as _, SubscriptionFilter};
     let subscriptions = &config.status.subscriptions;
-    let filters: Vec<SubscriptionFilter> =
-        subscriptions.iter().map(|s| SubscriptionFilter { name: s.name.clone(), kinds: s.kinds.clone() }).collect();
+    let filters: Vec<SubscriptionFilter> = subscriptions
+        .iter()
+        .map(|s| SubscriptionFilter {
+            name: s.name.clone(),
+            kinds: s.kinds.clone(),
+            service_tokens: s.service_tokens.clone(),
+        })
+        .collect();
     store.set_subscriptions(&filters).await.context("cannot record the status subscriptions")?;
     if subscriptions.is_empty() {
         return Ok(None);

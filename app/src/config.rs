@@ -118,6 +118,9 @@ pub struct AuthConfig {
     /// `[[operators.tokens]]`: named admin tokens with a role (`auth.admin_tokens` are admins named
     /// `admin`, `admin-2`, …).
     pub operator_tokens: Vec<herald_core::auth::OperatorToken>,
+    /// `[[services.tokens]]`: named service tokens (`auth.service_tokens` are named `service`,
+    /// `service-2`, …).
+    pub named_service_tokens: Vec<herald_core::auth::ServiceToken>,
 }
 
 impl AuthConfig {
@@ -140,7 +143,16 @@ impl AuthConfig {
             self.user_token_keys.clone(),
         )
         .with_operator_tokens(&self.operator_tokens)
+        .with_service_tokens(&self.named_service_tokens)
         .with_metrics_tokens(&self.metrics_tokens)
+    }
+
+    /// The name of every service token: those of `auth.service_tokens`, then `[[services.tokens]]`.
+    #[must_use]
+    pub fn service_token_names(&self) -> Vec<String> {
+        let mut names = herald_core::auth::legacy_service_names(self.service_tokens.len());
+        names.extend(self.named_service_tokens.iter().map(|t| t.name.clone()));
+        names
     }
 }
 
@@ -279,6 +291,9 @@ pub struct StatusSubscriptionConfig {
     /// The `whsec_…` signing secret, from `secret_file`.
     pub secret: SecretString,
     pub kinds: Vec<herald_domain::StatusKind>,
+    /// `service_tokens`: the names of the service tokens whose notifications it is told about; `None`
+    /// (left out): every notification's.
+    pub service_tokens: Option<Vec<String>>,
     pub include_body: bool,
     pub timeout_ms: u64,
     /// Only with `--stand-ins`, as a channel's `allow_loopback_endpoints`.
@@ -475,6 +490,8 @@ struct RawConfig {
     status_events: RawStatusEvents,
     #[serde(default)]
     operators: RawOperators,
+    #[serde(default)]
+    services: RawServices,
 }
 
 #[derive(Deserialize, Default)]
@@ -484,6 +501,7 @@ struct RawRetention {
     records_after_erasure: Option<String>,
     tombstone_after_erasure: Option<String>,
     finished_after: Option<String>,
+    status_events_after: Option<String>,
     batch: Option<u32>,
     interval: Option<String>,
 }
@@ -517,6 +535,8 @@ impl RawRetention {
         let tombstone =
             window("retention.tombstone_after_erasure", self.tombstone_after_erasure, d.tombstone_after_erasure)?;
         let finished = window("retention.finished_after", self.finished_after, d.finished_after)?;
+        let status_events =
+            window("retention.status_events_after", self.status_events_after, d.status_events_after)?;
         if records < content {
             return Err(ConfigError::new(
                 "retention.records_after_erasure",
@@ -540,6 +560,7 @@ impl RawRetention {
             records_after_erasure: records,
             tombstone_after_erasure: tombstone,
             finished_after: finished,
+            status_events_after: status_events,
             batch,
             interval: std::time::Duration::from_millis(interval.0),
         })
@@ -553,6 +574,7 @@ struct RawStatusSubscription {
     url: Option<String>,
     secret_file: Option<PathBuf>,
     events: Option<Vec<String>>,
+    service_tokens: Option<Vec<String>>,
     include_body: Option<bool>,
     timeout_ms: Option<u64>,
     allow_loopback_endpoint: Option<bool>,
@@ -656,17 +678,90 @@ fn status_subscriptions(
             }
         };
         let timeout_ms = in_range(&key("timeout_ms"), entry.timeout_ms.unwrap_or(5000), 100, 60_000)?;
+        let service_tokens = match entry.service_tokens {
+            None => None,
+            Some(tokens) if tokens.is_empty() => {
+                return Err(ConfigError::new(
+                    key("service_tokens"),
+                    "must name at least one service token (leave it out for every service's notifications)",
+                ))
+            }
+            Some(tokens) => Some(tokens),
+        };
         list.push(StatusSubscriptionConfig {
             name,
             url,
             secret: SecretString::from(secret),
             kinds,
+            service_tokens,
             include_body: entry.include_body.unwrap_or(false),
             timeout_ms,
             allow_loopback_endpoint,
         });
     }
     Ok(list)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawServices {
+    tokens: Option<Vec<RawServiceToken>>,
+}
+
+/// One `[[services.tokens]]`: a named service token; the notifications it submits record the name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServiceToken {
+    name: Option<String>,
+    token: Option<String>,
+    file: Option<PathBuf>,
+}
+
+/// `[[services.tokens]]`: each named (uniquely, and not as `auth.service_tokens`' names `service`,
+/// `service-2`, …), with a token given directly or in a file.
+fn service_tokens(
+    list: Vec<RawServiceToken>,
+    legacy: usize,
+    base: &Path,
+) -> Result<Vec<herald_core::auth::ServiceToken>> {
+    let taken = herald_core::auth::legacy_service_names(legacy);
+    let mut out: Vec<herald_core::auth::ServiceToken> = Vec::with_capacity(list.len());
+    for (i, raw) in list.into_iter().enumerate() {
+        let key = format!("services.tokens[{i}]");
+        let name = raw.name.ok_or_else(|| ConfigError::new(format!("{key}.name"), "is required"))?;
+        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ConfigError::new(
+                format!("{key}.name"),
+                "must be 1 to 64 letters, digits, `-` or `_` (status events name it)",
+            ));
+        }
+        if out.iter().any(|t| t.name == name) || taken.contains(&name) {
+            return Err(ConfigError::new(
+                format!("{key}.name"),
+                "is used by another service token (auth.service_tokens are named service, service-2, …)",
+            ));
+        }
+        let token = match (raw.token, raw.file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    format!("{key}.token"),
+                    format!("is given both directly and as {key}.file; give one"),
+                ))
+            }
+            (Some(token), None) => token,
+            (None, Some(path)) => read_secret_file(&format!("{key}.file"), &path, base)?,
+            (None, None) => return Err(ConfigError::new(format!("{key}.file"), "is required (or token)")),
+        };
+        if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ConfigError::new(
+                format!("{key}.token"),
+                "must not be empty or contain spaces or control characters",
+            ));
+        }
+        out.push(herald_core::auth::ServiceToken { name, token: SecretString::from(token) });
+    }
+    Ok(out)
 }
 
 #[derive(Deserialize, Default)]
@@ -953,7 +1048,14 @@ impl RawAuth {
                 ))
             }
         };
-        Ok(AuthConfig { service_tokens, admin_tokens, metrics_tokens, user_token_keys, operator_tokens: Vec::new() })
+        Ok(AuthConfig {
+            service_tokens,
+            admin_tokens,
+            metrics_tokens,
+            user_token_keys,
+            operator_tokens: Vec::new(),
+            named_service_tokens: Vec::new(),
+        })
     }
 }
 
@@ -1187,6 +1289,32 @@ impl RawConfig {
             }
             None => {}
         }
+        let raw_services = self.services.tokens.unwrap_or_default();
+        match &mut auth {
+            Some(auth) => {
+                let services = service_tokens(raw_services, auth.service_tokens.len(), base)?;
+                let mut others = auth
+                    .service_tokens
+                    .iter()
+                    .chain(&auth.admin_tokens)
+                    .chain(&auth.metrics_tokens)
+                    .chain(auth.operator_tokens.iter().map(|t| &t.token));
+                if let Some(i) = services.iter().position(|t| {
+                    others.any(|o| o.expose_secret() == t.token.expose_secret())
+                        || services.iter().filter(|u| u.token.expose_secret() == t.token.expose_secret()).count() > 1
+                }) {
+                    return Err(ConfigError::new(
+                        format!("services.tokens[{i}]"),
+                        "its token is also another token of the configuration; give each its own",
+                    ));
+                }
+                auth.named_service_tokens = services;
+            }
+            None if !raw_services.is_empty() => {
+                return Err(ConfigError::new("services.tokens", "needs [auth] (user-token secret)"));
+            }
+            None => {}
+        }
         let keys = self.keys.map(|keys| resolve_keys(keys, base)).transpose()?;
 
         let w = self.worker;
@@ -1281,6 +1409,21 @@ impl RawConfig {
         let retention = self.retention.check()?;
         let mut dispatch = self.status_events.resolve()?;
         let subscriptions = status_subscriptions(self.status_subscription, &egress, base)?;
+        // A subscription names service tokens this configuration has (a worker's configuration without
+        // [auth] cannot be checked: the API's process checks the same subscriptions).
+        if let Some(auth) = &auth {
+            let known = auth.service_token_names();
+            for subscription in &subscriptions {
+                for (j, name) in subscription.service_tokens.iter().flatten().enumerate() {
+                    if !known.contains(name) {
+                        return Err(ConfigError::new(
+                            format!("status_subscription.{}.service_tokens[{j}]", subscription.name),
+                            format!("is not the name of a service token (known: {})", known.join(", ")),
+                        ));
+                    }
+                }
+            }
+        }
         // A post is held longer than it can last, so no second dispatcher takes it while it may run.
         let longest = subscriptions.iter().map(|s| s.timeout_ms).max().unwrap_or(0);
         dispatch.hold = herald_domain::Millis(longest + 5_000);

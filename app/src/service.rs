@@ -200,12 +200,18 @@ pub async fn serve(config: Config, with_api: bool, args: &crate::cli::ServiceArg
     } else {
         tracing::info!("no worker in this process (--no-worker or worker.enabled = false): `herald worker` delivers");
     }
-    // The status events go out on a loop of their own (in every process, with or without a worker): an
-    // endpoint that is slow or down never holds up a delivery.
-    if let Some(dispatcher) = compose::status_dispatcher(&config, &store, Arc::clone(&services.clock)).await? {
-        let stop = stop_rx.clone();
-        tracing::info!(subscriptions = config.status.subscriptions.len(), "status events dispatcher started");
-        workers.spawn(async move { dispatcher.run(stop).await });
+    // Delivery belongs to the workers, status events included: a process that runs workers records its
+    // subscriptions and posts their events on a loop of its own (an endpoint that is slow or down never
+    // holds up a delivery). An API-only process (`--no-worker`, `worker.enabled = false`) neither records
+    // nor posts them.
+    if with_workers {
+        if let Some(dispatcher) = compose::status_dispatcher(&config, &store, Arc::clone(&services.clock)).await? {
+            let stop = stop_rx.clone();
+            tracing::info!(subscriptions = config.status.subscriptions.len(), "status events dispatcher started");
+            workers.spawn(async move { dispatcher.run(stop).await });
+        }
+    } else if !config.status.subscriptions.is_empty() {
+        tracing::info!("status events are posted by the processes that run workers, not by this one");
     }
 
     let stopping = {

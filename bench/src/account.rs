@@ -161,6 +161,7 @@ async fn account(
                         ttl: Millis(3_600_000),
                         max_attempts: None,
                         thread_key: None,
+                        submitted_by: None,
                     };
                     let created = store.create(&new, &channels, Timestamp::from_millis(now)).await?;
                     ensure!(created.created && created.tasks.len() == 1, "submission {i} wrote no task");

@@ -5,12 +5,14 @@ use herald_domain::{Millis, NotificationRef, PostResult, StatusKind, Timestamp};
 
 use crate::store::StoreError;
 
-/// What the store must know of one configured subscription to write its events: its name and the kinds
-/// it wants. The URL and the signing secret never reach the store.
+/// What the store must know of one configured subscription to write its events: its name, the kinds it
+/// wants and whose notifications. The URL and the signing secret never reach the store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubscriptionFilter {
     pub name: String,
     pub kinds: Vec<StatusKind>,
+    /// The names of the service tokens whose notifications it is told about; `None`: every notification's.
+    pub service_tokens: Option<Vec<String>>,
 }
 
 /// One event for one subscription, as the dispatcher posts it. Never a destination.
@@ -29,6 +31,8 @@ pub struct StatusEvent {
     pub attempt: u32,
     /// The reason class (`refused`, `suppressed`) or the decision (`resolved`).
     pub reason: Option<String>,
+    /// Who decided (`resolved`): the operator's name as the audit trail shows it.
+    pub actor: Option<String>,
     /// The channel's id of the message (`accepted`), when the channel gave one.
     pub channel_message_id: Option<String>,
     pub occurred_at: Timestamp,

@@ -39,6 +39,9 @@ pub struct NewNotification {
     /// Overrides the channel's budget when given.
     pub max_attempts: Option<u32>,
     pub thread_key: Option<ThreadKey>,
+    /// The name of the service token that submitted it (the status subscriptions of that token are told
+    /// about it); `None` when no service token did.
+    pub submitted_by: Option<String>,
 }
 
 /// The channels a store call may create or claim tasks for, with their rules.
@@ -737,6 +740,8 @@ pub struct PurgeReport {
     pub records_boundaries: u32,
     /// Erasure records reduced to tombstones.
     pub tombstones: u32,
+    /// Delivered status events removed.
+    pub status_events: u32,
 }
 
 /// The windows of one purge run, as instants: everything older than each is due.
@@ -750,6 +755,8 @@ pub struct PurgeCutoffs {
     pub records_before: Timestamp,
     /// Erasures requested before this become tombstones.
     pub tombstone_before: Timestamp,
+    /// Status events delivered before this are removed (parked ones stay until handled).
+    pub status_events_before: Timestamp,
     /// Rows per statement (each in its own short transaction).
     pub batch: u32,
     pub now: Timestamp,

@@ -186,6 +186,7 @@ impl World {
             ttl: Millis(ttl_ms),
             max_attempts,
             thread_key: None,
+            submitted_by: None,
         };
         let now = self.clock.now().await?;
         Ok(self.store.create(&new, &self.table(), now).await?)
@@ -209,6 +210,7 @@ impl World {
             ttl: Millis(ttl_ms),
             max_attempts: None,
             thread_key: Some(ThreadKey::from(thread_key)),
+            submitted_by: None,
         };
         let now = self.clock.now().await?;
         Ok(self.store.create(&new, &self.table(), now).await?)

@@ -130,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
         ttl: Millis::from_secs(3600),
         max_attempts: None,
         thread_key: None,
+        submitted_by: None,
     };
     let first = usecases::submit(&services, &new).await?;
     let again = usecases::submit(&services, &new).await?;

@@ -37,7 +37,8 @@ pub const LEGACY_USER_KEY_ID: &str = "default";
 /// Who is calling, as proven by the bearer token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Caller {
-    Service,
+    /// A service token, by its name (`[[services.tokens]]`; `service`, `service-2`, … for `auth.service_tokens`).
+    Service(String),
     /// A named admin token (automation, break-glass), with the role the configuration gives it.
     Operator(Actor),
     User(String),
@@ -45,6 +46,29 @@ pub enum Caller {
 
 /// The name the tokens of `auth.admin_tokens` get, numbered from the second on (`admin`, `admin-2`, …).
 pub const LEGACY_ADMIN_TOKEN_NAME: &str = "admin";
+
+/// The name the tokens of `auth.service_tokens` get, numbered from the second on (`service`, `service-2`, …).
+pub const LEGACY_SERVICE_TOKEN_NAME: &str = "service";
+
+/// A named service token from the configuration (`[[services.tokens]]`): the name a notification it submits
+/// records, which status subscriptions select by.
+#[derive(Clone)]
+pub struct ServiceToken {
+    pub name: String,
+    pub token: SecretString,
+}
+
+impl std::fmt::Debug for ServiceToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceToken").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// The names `auth.service_tokens` get, in order.
+#[must_use]
+pub fn legacy_service_names(count: usize) -> Vec<String> {
+    (0..count).map(|i| numbered(LEGACY_SERVICE_TOKEN_NAME, i)).collect()
+}
 
 /// An operator token from the configuration: its name (what the audit trail shows), its role and the
 /// token itself.
@@ -79,11 +103,11 @@ pub enum UserTokenError {
     Expired(u64),
 }
 
-fn legacy_admin_name(index: usize) -> String {
+fn numbered(base: &str, index: usize) -> String {
     if index == 0 {
-        LEGACY_ADMIN_TOKEN_NAME.to_owned()
+        base.to_owned()
     } else {
-        format!("{LEGACY_ADMIN_TOKEN_NAME}-{}", index + 1)
+        format!("{base}-{}", index + 1)
     }
 }
 
@@ -108,7 +132,8 @@ pub fn valid_key_id(id: &str) -> bool {
 
 /// The verified token material, built once from the `[auth]` configuration.
 pub struct Authenticator {
-    service: Vec<[u8; 32]>,
+    /// Service tokens, each with its name.
+    service: Vec<(String, [u8; 32])>,
     /// Admin tokens, each with its name and role.
     admin: Vec<KnownToken>,
     /// Tokens that may scrape `/metrics` and nothing else.
@@ -135,6 +160,17 @@ fn digest(token: &[u8]) -> [u8; 32] {
 fn matches_any(candidate: &[u8; 32], configured: &[[u8; 32]]) -> bool {
     // Every configured token is compared, so the time taken does not say which one matched.
     configured.iter().fold(subtle::Choice::from(0), |found, known| found | known.ct_eq(candidate)).into()
+}
+
+/// The name of the service token whose digest is `candidate`. Every token is compared, whatever matched.
+fn matching_service<'a>(candidate: &[u8; 32], configured: &'a [(String, [u8; 32])]) -> Option<&'a str> {
+    let mut found = None;
+    for (name, known) in configured {
+        if bool::from(known.ct_eq(candidate)) && found.is_none() {
+            found = Some(name.as_str());
+        }
+    }
+    found
 }
 
 /// The operator token whose digest is `candidate`. Every token is compared, whatever matched.
@@ -184,17 +220,28 @@ impl Authenticator {
         user_keys: Vec<UserTokenKey>,
     ) -> Self {
         assert!(!user_keys.is_empty(), "at least one user-token key");
-        let hash = |tokens: &[SecretString]| tokens.iter().map(|t| digest(t.expose_secret().as_bytes())).collect();
         let admin = admin_tokens
             .iter()
             .enumerate()
             .map(|(i, token)| KnownToken {
                 digest: digest(token.expose_secret().as_bytes()),
-                name: legacy_admin_name(i),
+                name: numbered(LEGACY_ADMIN_TOKEN_NAME, i),
                 role: Role::Admin,
             })
             .collect();
-        Authenticator { service: hash(service_tokens), admin, metrics: Vec::new(), user_keys }
+        let service = service_tokens
+            .iter()
+            .enumerate()
+            .map(|(i, token)| (numbered(LEGACY_SERVICE_TOKEN_NAME, i), digest(token.expose_secret().as_bytes())))
+            .collect();
+        Authenticator { service, admin, metrics: Vec::new(), user_keys }
+    }
+
+    /// With these named service tokens too (`[[services.tokens]]`), after those of `auth.service_tokens`.
+    #[must_use]
+    pub fn with_service_tokens(mut self, tokens: &[ServiceToken]) -> Self {
+        self.service.extend(tokens.iter().map(|t| (t.name.clone(), digest(t.token.expose_secret().as_bytes()))));
+        self
     }
 
     /// With these named operator tokens too (`[[operators.tokens]]`), after those of `auth.admin_tokens`.
@@ -336,8 +383,8 @@ impl Authenticator {
         // Admin first: a token configured in both lists gets the wider role.
         if let Some(known) = matching_token(&candidate, &self.admin) {
             Ok(Caller::Operator(known.actor()))
-        } else if matches_any(&candidate, &self.service) {
-            Ok(Caller::Service)
+        } else if let Some(name) = matching_service(&candidate, &self.service) {
+            Ok(Caller::Service(name.to_owned()))
         } else {
             Err(UserTokenError::Invalid)
         }
@@ -384,7 +431,7 @@ mod tests {
     #[test]
     fn configured_tokens_identify_their_role() {
         let auth = auth();
-        assert_eq!(auth.identify("service-token-1"), Some(Caller::Service));
+        assert_eq!(auth.identify("service-token-1"), Some(Caller::Service("service".into())));
         assert_eq!(
             auth.identify("admin-token-1"),
             Some(Caller::Operator(Actor::new(ActorKind::Token, "admin", Role::Admin)))
@@ -411,6 +458,23 @@ mod tests {
             SecretString::from("x".repeat(20)),
         );
         assert_eq!(two.identify("a2"), Some(Caller::Operator(Actor::new(ActorKind::Token, "admin-2", Role::Admin))));
+    }
+
+    #[test]
+    fn service_tokens_carry_their_name() {
+        let named = ServiceToken { name: "billing".into(), token: SecretString::from("billing-token") };
+        let auth = Authenticator::new(
+            &[SecretString::from("s1"), SecretString::from("s2")],
+            &[],
+            SecretString::from("x".repeat(20)),
+        )
+        .with_service_tokens(&[named]);
+        assert_eq!(auth.identify("s1"), Some(Caller::Service("service".into())));
+        assert_eq!(auth.identify("s2"), Some(Caller::Service("service-2".into())));
+        assert_eq!(auth.identify("billing-token"), Some(Caller::Service("billing".into())));
+        assert_eq!(auth.identify("billing-toke"), None);
+        assert_eq!(legacy_service_names(2), ["service", "service-2"]);
+        assert!(!format!("{named:?}", named = ServiceToken { name: "n".into(), token: "secret-x".into() }).contains("secret-x"));
     }
 
     #[test]

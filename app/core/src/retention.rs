@@ -25,6 +25,9 @@ pub struct RetentionPolicy {
     /// Every user's finished notifications older than this are removed with their tasks, attempts and
     /// inbox items (default 90 d).
     pub finished_after: Millis,
+    /// Status events delivered longer ago than this are removed (default 7 d); parked ones stay until an
+    /// operator handles them.
+    pub status_events_after: Millis,
     /// Rows per statement.
     pub batch: u32,
     /// How often a process tries to purge.
@@ -38,6 +41,7 @@ impl Default for RetentionPolicy {
             records_after_erasure: Millis(90 * DAY),
             tombstone_after_erasure: Millis(180 * DAY),
             finished_after: Millis(90 * DAY),
+            status_events_after: Millis(7 * DAY),
             batch: 1000,
             interval: Duration::from_secs(60),
         }
@@ -53,6 +57,7 @@ impl RetentionPolicy {
             content_before: now - self.content_after_erasure,
             records_before: now - self.records_after_erasure,
             tombstone_before: now - self.tombstone_after_erasure,
+            status_events_before: now - self.status_events_after,
             batch: self.batch.max(1),
             now,
         }
@@ -88,6 +93,7 @@ pub async fn purge_once(
             content = report.content_boundaries,
             records = report.records_boundaries,
             tombstones = report.tombstones,
+            status_events = report.status_events,
             "purge"
         );
     }

@@ -131,6 +131,7 @@ fn type_of(section: &str, key: &str) -> Option<Type> {
             | "records_after_erasure"
             | "tombstone_after_erasure"
             | "finished_after"
+            | "status_events_after"
             | "interval",
         )
         | ("keys", _) => Type::Str,

@@ -63,6 +63,7 @@ async fn a_notification_is_delivered_through_the_echo_kind_by_the_real_binary() 
         ttl: Millis(600_000),
         max_attempts: None,
         thread_key: None,
+        submitted_by: None,
     };
     let now = store.clock().now().await.expect("clock");
     let created = store.create(&new, &table, now).await.expect("create");

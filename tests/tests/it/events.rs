@@ -37,6 +37,7 @@ fn event(users: impl Iterator<Item = String>, key: &str, body: &str) -> Vec<NewN
             ttl: Millis(3_600_000),
             max_attempts: None,
             thread_key: Some(ThreadKey::from("sale")),
+            submitted_by: None,
         })
         .collect()
 }

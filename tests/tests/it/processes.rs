@@ -32,6 +32,7 @@ fn notification(user: &str, key: &str) -> NewNotification {
         ttl: Millis(600_000),
         max_attempts: None,
         thread_key: None,
+        submitted_by: None,
     }
 }
 

@@ -52,6 +52,7 @@ fn in_thread(user: &str, event: &str) -> NewNotification {
         ttl: Millis(2 * HOUR),
         max_attempts: None,
         thread_key: Some(ThreadKey::from("order-1")),
+        submitted_by: None,
     }
 }
 

@@ -85,6 +85,7 @@ async fn an_event_joining_a_digest_being_claimed_is_not_lost_from_the_prompt() {
             ttl: Millis(TWO_HOURS),
             max_attempts: None,
             thread_key: Some(ThreadKey::from("order-1")),
+            submitted_by: None,
         };
         store.create(&new, &table, T0 + Millis::from_secs(3_599)).await
     });

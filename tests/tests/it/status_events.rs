@@ -33,22 +33,52 @@ async fn dispatcher(
     include_body: bool,
     max_posts: u32,
 ) -> anyhow::Result<Dispatcher> {
-    let name = "svc".to_owned();
-    world.store.set_subscriptions(&[SubscriptionFilter { name: name.clone(), kinds: kinds.to_vec() }]).await?;
-    let endpoint = StatusEndpoint {
-        name: name.clone(),
-        url: Url::parse(&receiver.url())?,
-        secret: SecretBox::new(Box::new(TEST_SECRET.to_owned())),
-        timeout_ms: 2_000,
-        allow_loopback: true,
-    };
-    let sink = HttpStatusSink::new(vec![endpoint], &Egress::default()).map_err(|(n, r)| anyhow::anyhow!("{n}: {r}"))?;
-    let with_body = if include_body { vec![name.clone()] } else { vec![] };
+    let svc = Subscription { name: "svc", receiver, service_tokens: None, include_body };
+    dispatcher_of(world, &[svc], kinds, max_posts).await
+}
+
+/// One subscription of a test: its name, its receiver, whose notifications it wants.
+struct Subscription<'a> {
+    name: &'a str,
+    receiver: &'a StatusReceiver,
+    service_tokens: Option<Vec<String>>,
+    include_body: bool,
+}
+
+/// A dispatcher of these subscriptions (each wanting `kinds`), recorded in the store first.
+async fn dispatcher_of(
+    world: &World,
+    subscriptions: &[Subscription<'_>],
+    kinds: &[StatusKind],
+    max_posts: u32,
+) -> anyhow::Result<Dispatcher> {
+    let filters: Vec<SubscriptionFilter> = subscriptions
+        .iter()
+        .map(|s| SubscriptionFilter {
+            name: s.name.to_owned(),
+            kinds: kinds.to_vec(),
+            service_tokens: s.service_tokens.clone(),
+        })
+        .collect();
+    world.store.set_subscriptions(&filters).await?;
+    let mut endpoints = Vec::new();
+    for s in subscriptions {
+        endpoints.push(StatusEndpoint {
+            name: s.name.to_owned(),
+            url: Url::parse(&s.receiver.url())?,
+            secret: SecretBox::new(Box::new(TEST_SECRET.to_owned())),
+            timeout_ms: 2_000,
+            allow_loopback: true,
+        });
+    }
+    let sink = HttpStatusSink::new(endpoints, &Egress::default()).map_err(|(n, r)| anyhow::anyhow!("{n}: {r}"))?;
+    let names = subscriptions.iter().map(|s| s.name.to_owned()).collect();
+    let with_body = subscriptions.iter().filter(|s| s.include_body).map(|s| s.name.to_owned()).collect();
     Ok(Dispatcher::new(
         world.store.clone(),
         Arc::new(sink),
         world.clock.clone(),
-        Subscriptions { names: vec![name], with_body },
+        Subscriptions { names, with_body },
         DispatchSettings {
             batch: 16,
             hold: Millis(30_000),
@@ -65,14 +95,14 @@ async fn dispatch_all(dispatcher: &Dispatcher) -> anyhow::Result<()> {
 }
 
 /// The verified events of the receiver's records, by notification id, each list in sequence order, as
-/// `type/attempt[/reason or decision][/message id]`.
+/// `type/attempt[/reason or decision][/actor][/message id]`.
 fn events_by_notification(records: &[Value]) -> BTreeMap<String, Vec<String>> {
     let mut by: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
     for record in records.iter().filter(|r| r["verified"] == true) {
         let p = &record["payload"];
         let d = &p["data"];
         let mut word = format!("{}/{}", p["type"].as_str().unwrap_or("?"), d["attempt"]);
-        for extra in ["reason", "decision"] {
+        for extra in ["reason", "decision", "actor"] {
             if let Some(value) = d[extra].as_str() {
                 word.push_str(&format!("/{value}"));
             }
@@ -154,7 +184,7 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
         words(&[
             "notification.accepted/1/with-message-id",
             "notification.parked/1",
-            "notification.resolved/2/marked_sent",
+            "notification.resolved/2/marked_sent/cli test",
         ]),
     );
 
@@ -170,6 +200,31 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
     let erased = world.submit("u3", "erased", HOUR, None).await?;
     herald_core::usecases::erase_user(&services, &"u3".into(), "test").await?;
     expected.insert(public(&erased), words(&["notification.suppressed/1/erased"]));
+
+    // Erased while the outcome of a call was unknown and a resend with the same key was scheduled (not
+    // parked): the erasure closes it (UNKNOWN, never sent again), and tells it like a parked one.
+    world.user("u4", &["push"]).await?;
+    let erased_unknown = world.submit("u4", "erased-unknown", HOUR, None).await?;
+    world.push.script(Script::Delay(Duration::from_millis(1_500)));
+    worker.run_once().await?;
+    let task = world.task(erased_unknown.notification_id, erased_unknown.tasks[0].task_id).await?;
+    assert!(task.state == TaskState::Unknown && !task.needs_review, "due again, not parked: {task:?}");
+    herald_core::usecases::erase_user(&services, &"u4".into(), "test").await?;
+    expected.insert(public(&erased_unknown), words(&["notification.suppressed/2/erased_outcome_unknown"]));
+
+    // Erased while parked.
+    world.user("u5", &["miao"]).await?;
+    let erased_parked = world.submit("u5", "erased-parked", HOUR, None).await?;
+    world.miao.script(Script::Delay(Duration::from_millis(1_500)));
+    worker.run_once().await?;
+    world.advance(LATER);
+    worker.run_once().await?;
+    assert!(world.task(erased_parked.notification_id, erased_parked.tasks[0].task_id).await?.needs_review);
+    herald_core::usecases::erase_user(&services, &"u5".into(), "test").await?;
+    expected.insert(
+        public(&erased_parked),
+        words(&["notification.parked/1", "notification.suppressed/2/erased_outcome_unknown"]),
+    );
 
     // Expired before any claim.
     let expired = world.submit("u2", "expired", 1_000, None).await?;
@@ -198,7 +253,7 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
         words(&[
             "notification.accepted/1/with-message-id",
             "notification.parked/1",
-            "notification.resolved/2/send_again",
+            "notification.resolved/2/send_again/cli test",
             "notification.sent_again/3",
             // Miaotixing gives no message id.
             "notification.accepted/3",
@@ -474,6 +529,7 @@ async fn herald_worker_posts_the_events_its_configuration_subscribes() -> anyhow
         ttl: Millis(600_000),
         max_attempts: None,
         thread_key: None,
+        submitted_by: None,
     };
     let table = ChannelTable(vec![("push".into(), world.configs[0].rules())]);
     // The process records its subscriptions at start: wait for them before creating the notification.
@@ -497,5 +553,163 @@ async fn herald_worker_posts_the_events_its_configuration_subscribes() -> anyhow
     assert_eq!(records[0]["payload"]["data"]["notification_id"], created.notification_ref.0.to_string());
     assert_eq!(records[0]["payload"]["data"]["event_key"], "order-1");
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Item 1 of issue 46: a subscription names the service tokens whose notifications it is told about. Two
+/// services submit through the API with their own tokens (one named in `[[services.tokens]]`, one of
+/// `auth.service_tokens`, named `service`); each subscription's receiver gets exactly its own service's
+/// events, and a subscription without `service_tokens` gets both.
+#[tokio::test]
+async fn each_service_hears_only_of_its_own_notifications() -> anyhow::Result<()> {
+    use herald_core::auth::{Authenticator, ServiceToken};
+    use herald_tests::api::{Api, ADMIN_TOKEN, GENEROUS_QUOTA, SERVICE_TOKEN};
+
+    if !require_python("standardwebhooks") {
+        return Ok(());
+    }
+    let world = World::new(ClockMode::Manual).await?;
+    let (billing, shipping, everything) = (
+        StatusReceiver::start(TEST_SECRET).await?,
+        StatusReceiver::start(TEST_SECRET).await?,
+        StatusReceiver::start(TEST_SECRET).await?,
+    );
+    let only = |name: &str| Some(vec![name.to_owned()]);
+    let dispatcher = dispatcher_of(
+        &world,
+        &[
+            Subscription { name: "billing-hook", receiver: &billing, service_tokens: only("billing"), include_body: false },
+            Subscription { name: "shipping-hook", receiver: &shipping, service_tokens: only("service"), include_body: false },
+            Subscription { name: "all", receiver: &everything, service_tokens: None, include_body: false },
+        ],
+        &StatusKind::ALL,
+        5,
+    )
+    .await?;
+    let auth = Authenticator::new(
+        &[secrecy::SecretString::from(SERVICE_TOKEN)],
+        &[secrecy::SecretString::from(ADMIN_TOKEN)],
+        secrecy::SecretString::from("a user token secret of some length"),
+    )
+    .with_service_tokens(&[ServiceToken { name: "billing".into(), token: "billing-token-0123456789".into() }]);
+    let api = Api::start_configured(
+        &world,
+        auth,
+        herald_http::ConsoleSettings::default(),
+        herald_http::limits::Limits::default(),
+        (herald_http::DEFAULT_BODY_LIMIT, GENEROUS_QUOTA),
+    )
+    .await?;
+    world.user("u1", &["push"]).await?;
+    world.user("u2", &["push"]).await?;
+    let submit = |token: &'static str, user: &'static str, key: &'static str| {
+        let api = &api;
+        async move {
+            let answer = api
+                .post(
+                    "/v1/notifications",
+                    Some(token),
+                    &serde_json::json!({"user_id": user, "event_key": key, "body": "hello", "ttl_seconds": 3600}),
+                )
+                .await;
+            assert_eq!(answer.status, 201, "{}", answer.text);
+            answer.json()["notification_id"].as_str().unwrap().to_owned()
+        }
+    };
+    let invoice = submit("billing-token-0123456789", "u1", "invoice-1").await;
+    let parcel = submit(SERVICE_TOKEN, "u1", "parcel-1").await;
+    // An event (several recipients) records its service too.
+    let answer = api
+        .post(
+            "/v1/events",
+            Some("billing-token-0123456789"),
+            &serde_json::json!({"event_key": "invoice-2", "body": "hello", "ttl_seconds": 3600, "recipients": ["u1", "u2"]}),
+        )
+        .await;
+    assert_eq!(answer.status, 201, "{}", answer.text);
+    let invoices2: Vec<String> = answer.json()["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["notification_id"].as_str().unwrap().to_owned())
+        .collect();
+    let submitted: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT event_key, submitted_by FROM notification ORDER BY id").fetch_all(world.store.pool()).await?;
+    assert_eq!(
+        submitted,
+        [("invoice-1", "billing"), ("parcel-1", "service"), ("invoice-2", "billing"), ("invoice-2", "billing")]
+            .map(|(k, s)| (k.to_owned(), Some(s.to_owned())))
+    );
+    let worker = world.worker("w1", 60_000);
+    while !worker.run_once().await?.is_empty() {}
+    dispatch_all(&dispatcher).await?;
+    let heard = |receiver: &StatusReceiver| -> Vec<String> {
+        let mut ids: Vec<String> = receiver
+            .records()
+            .iter()
+            .filter(|r| r["verified"] == true && r["payload"]["type"] == "notification.accepted")
+            .map(|r| r["payload"]["data"]["notification_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    assert_eq!(heard(&billing), sorted([vec![invoice.clone()], invoices2.clone()].concat()));
+    assert_eq!(heard(&shipping), vec![parcel.clone()]);
+    assert_eq!(heard(&everything), sorted([vec![invoice, parcel], invoices2].concat()));
+    assert_eq!(billing.records().len() + shipping.records().len(), 4, "one event each, nothing else");
+    Ok(())
+}
+
+/// Item 4 of issue 46: the purge removes the events delivered longer ago than the window, in batches;
+/// a pending event and a parked one stay.
+#[tokio::test]
+async fn the_purge_removes_delivered_events_after_their_window_and_keeps_parked_ones() -> anyhow::Result<()> {
+    use herald_core::retention::{purge_once, RetentionPolicy};
+
+    if !require_python("standardwebhooks") {
+        return Ok(());
+    }
+    let world = World::new(ClockMode::Manual).await?;
+    let receiver = StatusReceiver::start(TEST_SECRET).await?;
+    let dispatcher = dispatcher(&world, &receiver, &[StatusKind::Accepted], false, 1).await?;
+    world.user("u1", &["push"]).await?;
+    let worker = world.worker("w1", 60_000);
+    for i in 0..5 {
+        world.submit("u1", &format!("e{i}"), 30 * 86_400_000, None).await?;
+    }
+    while !worker.run_once().await?.is_empty() {}
+    dispatch_all(&dispatcher).await?;
+    // One more event that its endpoint refuses: parked after its one post.
+    world.submit("u1", "refused-post", 30 * 86_400_000, None).await?;
+    worker.run_once().await?;
+    receiver.answer("always:503").await?;
+    dispatch_all(&dispatcher).await?;
+    // And one not posted yet.
+    world.submit("u1", "pending", 30 * 86_400_000, None).await?;
+    worker.run_once().await?;
+    let counts = || async {
+        sqlx::query_as::<_, (i64, i64, i64)>(
+            "SELECT count(delivered_at), count(parked_at), count(*) FILTER (WHERE delivered_at IS NULL AND parked_at IS NULL) \
+             FROM status_event",
+        )
+        .fetch_one(world.store.pool())
+        .await
+    };
+    assert_eq!(counts().await?, (5, 1, 1));
+    let policy = RetentionPolicy { batch: 2, ..RetentionPolicy::default() };
+    // Within the window (the control): nothing removed.
+    world.advance(6 * 86_400_000);
+    let report = purge_once(&world.services(), &policy, "p1").await?.expect("the lease");
+    assert_eq!(report.status_events, 0);
+    assert_eq!(counts().await?, (5, 1, 1));
+    // Past it: the five delivered ones, in batches of two; the parked and the pending one stay.
+    world.advance(2 * 86_400_000);
+    let report = purge_once(&world.services(), &policy, "p1").await?.expect("the lease");
+    assert_eq!(report.status_events, 5);
+    assert_eq!(counts().await?, (0, 1, 1));
     Ok(())
 }

@@ -24,6 +24,7 @@ fn new(user: &str, key: &str, body: &str) -> NewNotification {
         ttl: Millis(3_600_000),
         max_attempts: None,
         thread_key: None,
+        submitted_by: None,
     }
 }
 

@@ -82,6 +82,7 @@ async fn mixed_workload(world: &World) {
             ttl: Millis(600_000),
             max_attempts: None,
             thread_key: None,
+            submitted_by: None,
         })
         .collect();
     world.store.create_event(&news, &world.table(), now).await.expect("event");

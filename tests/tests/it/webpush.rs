@@ -407,6 +407,7 @@ async fn email_and_webpush_work_through_herald_worker_with_a_configuration_file(
         ttl: Millis(600_000),
         max_attempts: None,
         thread_key: None,
+        submitted_by: None,
     };
     let now = store.clock().now().await.expect("clock");
     let created = store.create(&new, &table, now).await.expect("create");

@@ -79,6 +79,7 @@ async fn herald_worker_wakes_on_new_work_logs_json_and_stops_on_sigterm() {
         ttl: Millis(600_000),
         max_attempts: None,
         thread_key: None,
+        submitted_by: None,
     };
     let now = store.clock().now().await.expect("clock");
     let created = store.create(&new, &table, now).await.expect("create");

@@ -339,6 +339,7 @@ impl Harness {
             ttl: Millis(u64::from(ttl_ms)),
             max_attempts: max_attempts.map(u32::from),
             thread_key: None,
+            submitted_by: None,
         };
         let all: Vec<usize> = (0..CHANNELS).collect();
         let got = self.store.create(&new, &self.table(&all), now).await.map_err(store_err("create"))?;

@@ -54,16 +54,16 @@ impl FromRequestParts<ApiState> for Authenticated {
     }
 }
 
-/// A caller allowed to submit notifications and events.
+/// A caller allowed to submit notifications and events: the name of its service token.
 #[derive(Debug)]
-pub struct Submitter;
+pub struct Submitter(pub String);
 
 impl FromRequestParts<ApiState> for Submitter {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
         match Authenticated::from_request_parts(parts, state).await?.0 {
-            Caller::Service => Ok(Submitter),
+            Caller::Service(name) => Ok(Submitter(name)),
             Caller::Operator(_) | Caller::User(_) => Err(Problem::forbidden("submitting needs a service token")),
         }
     }
@@ -80,7 +80,7 @@ impl FromRequestParts<ApiState> for Operator {
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
         match Authenticated::from_request_parts(parts, state).await?.0 {
             Caller::Operator(actor) => Ok(Operator(actor)),
-            Caller::Service | Caller::User(_) => Err(Problem::forbidden("this needs an admin token")),
+            Caller::Service(_) | Caller::User(_) => Err(Problem::forbidden("this needs an admin token")),
         }
     }
 }
@@ -103,7 +103,7 @@ impl FromRequestParts<ApiState> for UserAccess {
             (Caller::Operator(actor), _) => Ok(UserAccess(Some(actor))),
             (Caller::User(user), Some(path_user)) if user == path_user => Ok(UserAccess(None)),
             (Caller::User(_), _) => Err(Problem::forbidden("this token belongs to another user")),
-            (Caller::Service, _) => Err(Problem::forbidden("this needs the user's own token or an admin token")),
+            (Caller::Service(_), _) => Err(Problem::forbidden("this needs the user's own token or an admin token")),
         }
     }
 }

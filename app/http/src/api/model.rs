@@ -225,6 +225,7 @@ impl SubmitNotification {
                 ttl: ttl?,
                 max_attempts,
                 thread_key: thread.map(ThreadKey::new),
+                submitted_by: None,
             })
         })
     }
@@ -310,6 +311,7 @@ impl SubmitEvent {
                         ttl,
                         max_attempts,
                         thread_key: thread.map(ThreadKey::new),
+                        submitted_by: None,
                     })
                     .collect(),
             )
@@ -954,13 +956,18 @@ pub struct StatusEventData {
     /// When the change happened (RFC 3339, UTC).
     pub occurred_at: String,
     /// `refused`: `rejected` (the channel refused it) or `attempts_exhausted` (every attempt the budget
-    /// allowed was refused); `suppressed`: `preference_off`, `erased`, or `erased_outcome_unknown` (a parked delivery
-    /// closed by the user's erasure: it may have been accepted).
+    /// allowed was refused); `suppressed`: `preference_off`, `erased`, or `erased_outcome_unknown` (a delivery
+    /// whose outcome was unknown — parked, or waiting for a retry or a query — closed by the user's erasure:
+    /// it may have been accepted).
     #[schema(nullable = false)]
     pub reason: Option<String>,
     /// `resolved`: `marked_sent`, `marked_not_sent` or `send_again`.
     #[schema(nullable = false)]
     pub decision: Option<String>,
+    /// `resolved`: who decided, as the audit trail names them — an operator's name, `token NAME` for an
+    /// operator token, `cli NAME` for `herald resolve`.
+    #[schema(nullable = false)]
+    pub actor: Option<String>,
     /// `accepted`: the channel's id of the message, when it gave one.
     #[schema(nullable = false)]
     pub channel_message_id: Option<String>,

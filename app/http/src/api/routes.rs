@@ -42,10 +42,11 @@ type ApiResult<T> = Result<T, Problem>;
 )]
 pub async fn submit_notification(
     State(state): State<ApiState>,
-    _: Submitter,
+    Submitter(service): Submitter,
     ApiJson(request): ApiJson<SubmitNotification>,
 ) -> ApiResult<(StatusCode, Json<CreatedBody>)> {
-    let new = request.validate()?;
+    let mut new = request.validate()?;
+    new.submitted_by = Some(service);
     let created = usecases::submit(&state.services, &new).await.map_err(submit_problem)?;
     let status = if created.created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(CreatedBody::from(&created))))
@@ -72,10 +73,13 @@ pub async fn submit_notification(
 )]
 pub async fn submit_event(
     State(state): State<ApiState>,
-    _: Submitter,
+    Submitter(service): Submitter,
     ApiJson(request): ApiJson<SubmitEvent>,
 ) -> ApiResult<(StatusCode, Json<EventCreatedBody>)> {
-    let notifications = request.validate()?;
+    let mut notifications = request.validate()?;
+    for new in &mut notifications {
+        new.submitted_by = Some(service.clone());
+    }
     let created = usecases::submit_event(&state.services, &notifications).await.map_err(submit_problem)?;
     let mut results = Vec::with_capacity(notifications.len());
     for (new, created) in notifications.iter().zip(&created) {
@@ -142,7 +146,7 @@ pub async fn get_notification(
     let reader = match caller {
         Caller::User(user) => usecases::Reader::User(UserId::new(user)),
         Caller::Operator(actor) => usecases::Reader::Operator(actor),
-        Caller::Service => usecases::Reader::Any,
+        Caller::Service(_) => usecases::Reader::Any,
     };
     // Another user's notification is answered exactly like a missing one.
     let view = usecases::notification(&state.services, &reader, id).await?.ok_or_else(Problem::not_found)?;
@@ -516,7 +520,7 @@ pub async fn create_sign_in_link(
     ApiPath(user_id): ApiPath<String>,
 ) -> ApiResult<(StatusCode, Json<SignInLinkBody>)> {
     let operator = match caller {
-        Caller::Service => None,
+        Caller::Service(_) => None,
         Caller::Operator(actor) => Some(actor),
         Caller::User(_) => {
             return Err(Problem::forbidden("sign-in links are made with a service or an admin token"));

@@ -515,7 +515,7 @@ async fn login(ctx: Ctx, State(state): State<ApiState>, headers: HeaderMap, Form
         Some((Caller::User(user), credential)) => {
             ctx.open_session(&state, SessionRole::User(UserId::new(user)), credential, None).await
         }
-        Some((Caller::Service, _)) | None => {
+        Some((Caller::Service(_), _)) | None => {
             tracing::info!("console sign-in refused");
             crate::api::limits::failed_authentication(see_other("/console/login?failed=1"))
         }
