@@ -713,3 +713,106 @@ async fn the_purge_removes_delivered_events_after_their_window_and_keeps_parked_
     assert_eq!(counts().await?, (0, 1, 1));
     Ok(())
 }
+
+/// Item 5 of issue 46: delivery belongs to the workers, status events included. `herald serve --no-worker`
+/// (API only) with a subscription in its configuration neither records it nor posts an event, while one
+/// is due for it; a `herald worker` with the same configuration posts it (the control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_only_process_posts_no_status_events_and_a_worker_does() -> anyhow::Result<()> {
+    use herald_ports::store::{ChannelTable, NewNotification};
+    use herald_ports::Clock as _;
+
+    if !require_python("standardwebhooks") {
+        return Ok(());
+    }
+    let world = World::new(ClockMode::Database).await?;
+    let receiver = StatusReceiver::start(TEST_SECRET).await?;
+    world.user("alice", &["push"]).await?;
+    let dir = std::env::temp_dir().join(format!("herald-status-api-only-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("status.secret"), format!("{TEST_SECRET}\n"))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let config = dir.join("herald.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"{}\"\n[server]\nlisten = \"127.0.0.1:{port}\"\n\
+             [auth]\nservice_tokens = [\"svc-token-0123456789-0123456789-0123456789\"]\nuser_token_secret = \"a-user-token-secret-of-some-length\"\n\
+             [keys]\ncurrent = \"{}\"\n{} = \"{}\"\n\
+             [worker]\nconcurrency = 1\nlease_ms = 5000\npoll_ms = 100\n\
+             [[channel]]\nname = \"push\"\nkind = \"webhook\"\nurl = \"{}\"\ntimeout_ms = 1000\n\
+             [[status_subscription]]\nname = \"svc\"\nurl = \"{}\"\nsecret_file = \"status.secret\"\n\
+             events = [\"accepted\"]\nallow_loopback_endpoint = true\n\
+             [status_events]\npoll_ms = 50\n",
+            world.db.url,
+            herald_tests::world::TEST_KEY_ID,
+            herald_tests::world::TEST_KEY_ID,
+            herald_tests::world::TEST_KEY,
+            world.push.base_url(),
+            receiver.url(),
+        ),
+    )?;
+    let herald = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(herald_tests::bins::binary("herald"));
+        command
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .env_remove("HERALD_CONFIG")
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        command
+    };
+    let subscriptions = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM status_subscription")
+            .fetch_one(world.store.pool())
+            .await
+            .unwrap_or(-1)
+    };
+    let mut api_only = herald(&["serve", "--no-worker", "--stand-ins"]).spawn()?;
+    herald_tests::wait::wait_until("herald serve --no-worker to answer", || async {
+        reqwest::get(format!("http://127.0.0.1:{port}/healthz")).await.is_ok_and(|r| r.status().is_success())
+    })
+    .await;
+    assert_eq!(subscriptions().await, 0, "an API-only process records no subscription");
+    // An event due for the subscription, as a worker's process would have recorded it.
+    world
+        .store
+        .set_subscriptions(&[SubscriptionFilter {
+            name: "svc".into(),
+            kinds: vec![StatusKind::Accepted],
+            service_tokens: None,
+        }])
+        .await?;
+    let new = NewNotification {
+        user_id: "alice".into(),
+        event_key: "order-1".into(),
+        body: "Your order has shipped".into(),
+        ttl: Millis(600_000),
+        max_attempts: None,
+        thread_key: None,
+        submitted_by: None,
+    };
+    let table = ChannelTable(vec![("push".into(), world.configs[0].rules())]);
+    let now = world.store.clock().now().await?;
+    world.store.create(&new, &table, now).await?;
+    world.worker("w1", 60_000).run_once().await?;
+    let (due,): (i64,) = sqlx::query_as("SELECT count(*) FROM status_event WHERE delivered_at IS NULL")
+        .fetch_one(world.store.pool())
+        .await?;
+    assert_eq!(due, 1);
+    // Thirty of its dispatcher's polls, had it one.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(receiver.records().is_empty(), "the API-only process posted: {:#?}", receiver.records());
+    api_only.kill().await?;
+
+    let mut worker = herald(&["worker", "--stand-ins"]).spawn()?;
+    herald_tests::wait::wait_until("the worker's process to post the event", || async {
+        !receiver.records().is_empty()
+    })
+    .await;
+    worker.kill().await?;
+    assert_eq!(receiver.records()[0]["payload"]["data"]["event_key"], "order-1");
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
