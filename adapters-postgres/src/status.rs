@@ -49,13 +49,15 @@ pub(crate) async fn set_subscriptions(pool: &PgPool, subscriptions: &[Subscripti
 /// Chooses and locks the due rows, oldest first by the index of pending events (`SKIP LOCKED`: another
 /// dispatcher's rows are passed over; rows waiting for a retry are read past), moves
 /// their due time to the end of the hold and counts the try, in one statement; the notification's public
-/// id, event key and (for `with_body`) body come from the same statement.
-const CLAIM_STATUS_EVENTS: &str = "WITH due AS ( \
-       SELECT id FROM status_event \
+/// id, event key and (for `with_body`) body come from the same statement. The update finds each locked row
+/// by its physical address (a locked row does not move), so it reads no index.
+const CLAIM_STATUS_EVENTS: &str = "WITH due AS MATERIALIZED ( \
+       SELECT ctid FROM status_event \
         WHERE delivered_at IS NULL AND parked_at IS NULL AND due_at <= $2 AND subscription = ANY ($1) \
         ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED), \
      held AS ( \
-       UPDATE status_event e SET due_at = $4, tries = e.tries + 1 FROM due WHERE e.id = due.id \
+       UPDATE status_event e SET due_at = $4, tries = e.tries + 1 \
+        WHERE e.ctid = ANY (ARRAY(SELECT ctid FROM due)) \
        RETURNING e.id, e.seq, e.subscription, e.user_id, e.notification_id, e.channel, e.attempt_no, e.kind, \
                  e.reason, e.actor, e.channel_message_id, e.occurred_at, e.tries) \
      SELECT h.id, h.seq, h.subscription, h.channel, h.attempt_no, h.kind, h.reason, h.actor, h.channel_message_id, \
@@ -130,12 +132,16 @@ pub(crate) async fn claim(
         .collect()
 }
 
-pub(crate) async fn delivered(pool: &PgPool, ids: &[uuid::Uuid], now: Timestamp) -> Result<(), StoreError> {
-    if ids.is_empty() {
+/// The events of these sequences, pending until now (found by the pending index), delivered.
+pub(crate) async fn delivered(pool: &PgPool, sequences: &[i64], now: Timestamp) -> Result<(), StoreError> {
+    if sequences.is_empty() {
         return Ok(());
     }
-    sqlx::query("UPDATE status_event SET due_at = NULL, delivered_at = $2, last_error = NULL WHERE id = ANY ($1)")
-        .bind(ids)
+    sqlx::query(
+        "UPDATE status_event SET due_at = NULL, delivered_at = $2, last_error = NULL \
+          WHERE seq = ANY ($1) AND delivered_at IS NULL AND parked_at IS NULL",
+    )
+    .bind(sequences)
         .bind(to_db(now))
         .execute(pool)
         .await
@@ -143,9 +149,11 @@ pub(crate) async fn delivered(pool: &PgPool, ids: &[uuid::Uuid], now: Timestamp)
     Ok(())
 }
 
-pub(crate) async fn retry(pool: &PgPool, id: uuid::Uuid, due: Timestamp, error: &str) -> Result<(), StoreError> {
-    sqlx::query("UPDATE status_event SET due_at = $2, last_error = $3 WHERE id = $1 AND delivered_at IS NULL")
-        .bind(id)
+pub(crate) async fn retry(pool: &PgPool, sequence: i64, due: Timestamp, error: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE status_event SET due_at = $2, last_error = $3 WHERE seq = $1 AND delivered_at IS NULL AND parked_at IS NULL",
+    )
+    .bind(sequence)
         .bind(to_db(due))
         .bind(error)
         .execute(pool)
@@ -154,11 +162,12 @@ pub(crate) async fn retry(pool: &PgPool, id: uuid::Uuid, due: Timestamp, error: 
     Ok(())
 }
 
-pub(crate) async fn park(pool: &PgPool, id: uuid::Uuid, now: Timestamp, error: &str) -> Result<(), StoreError> {
+pub(crate) async fn park(pool: &PgPool, sequence: i64, now: Timestamp, error: &str) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE status_event SET due_at = NULL, parked_at = $2, last_error = $3 WHERE id = $1 AND delivered_at IS NULL",
+        "UPDATE status_event SET due_at = NULL, parked_at = $2, last_error = $3 \
+          WHERE seq = $1 AND delivered_at IS NULL AND parked_at IS NULL",
     )
-    .bind(id)
+    .bind(sequence)
     .bind(to_db(now))
     .bind(error)
     .execute(pool)
@@ -173,8 +182,8 @@ pub(crate) async fn purge_delivered(pool: &PgPool, before: Timestamp, batch: u32
     let mut removed = 0u64;
     loop {
         let n = sqlx::query(
-            "DELETE FROM status_event WHERE id IN (SELECT id FROM status_event \
-               WHERE delivered_at IS NOT NULL AND delivered_at < $1 ORDER BY delivered_at LIMIT $2)",
+            "DELETE FROM status_event WHERE ctid = ANY (ARRAY(SELECT ctid FROM status_event \
+               WHERE delivered_at IS NOT NULL AND delivered_at < $1 ORDER BY delivered_at LIMIT $2))",
         )
         .bind(to_db(before))
         .bind(i64::from(batch))

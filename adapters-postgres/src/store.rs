@@ -451,16 +451,16 @@ impl herald_ports::StatusEventStore for PgStore {
         status::claim(&self.pool, subscriptions, with_body, limit, now, hold).await
     }
 
-    async fn status_events_delivered(&self, ids: &[uuid::Uuid], now: Timestamp) -> Result<(), StoreError> {
-        status::delivered(&self.pool, ids, now).await
+    async fn status_events_delivered(&self, sequences: &[i64], now: Timestamp) -> Result<(), StoreError> {
+        status::delivered(&self.pool, sequences, now).await
     }
 
-    async fn status_event_retry(&self, id: uuid::Uuid, due: Timestamp, error: &str) -> Result<(), StoreError> {
-        status::retry(&self.pool, id, due, error).await
+    async fn status_event_retry(&self, sequence: i64, due: Timestamp, error: &str) -> Result<(), StoreError> {
+        status::retry(&self.pool, sequence, due, error).await
     }
 
-    async fn status_event_park(&self, id: uuid::Uuid, now: Timestamp, error: &str) -> Result<(), StoreError> {
-        status::park(&self.pool, id, now, error).await
+    async fn status_event_park(&self, sequence: i64, now: Timestamp, error: &str) -> Result<(), StoreError> {
+        status::park(&self.pool, sequence, now, error).await
     }
 
     async fn parked_status_events(&self, limit: u32) -> Result<Vec<herald_ports::ParkedStatusEvent>, StoreError> {

@@ -20,7 +20,8 @@ pub struct SubscriptionFilter {
 pub struct StatusEvent {
     /// The `webhook-id`: the same for every post of this event, so the receiver can drop repeats.
     pub id: uuid::Uuid,
-    /// Larger for every later event of the same delivery (notification and channel), for this subscription.
+    /// Larger for every later event of the same delivery (notification and channel), for this subscription;
+    /// unique, so the store settles an event by it.
     pub sequence: i64,
     pub subscription: String,
     pub kind: StatusKind,
@@ -75,14 +76,14 @@ pub trait StatusEventStore: Send + Sync {
         hold: Millis,
     ) -> Result<Vec<StatusEvent>, StoreError>;
 
-    /// The endpoints took these events (one statement for a round's events).
-    async fn status_events_delivered(&self, ids: &[uuid::Uuid], now: Timestamp) -> Result<(), StoreError>;
+    /// The endpoints took these events, by [`StatusEvent::sequence`] (one statement for a round's events).
+    async fn status_events_delivered(&self, sequences: &[i64], now: Timestamp) -> Result<(), StoreError>;
 
-    /// The endpoint did not take it: due again at `due`.
-    async fn status_event_retry(&self, id: uuid::Uuid, due: Timestamp, error: &str) -> Result<(), StoreError>;
+    /// The endpoint did not take the event of this sequence: due again at `due`.
+    async fn status_event_retry(&self, sequence: i64, due: Timestamp, error: &str) -> Result<(), StoreError>;
 
-    /// The endpoint kept refusing it: parked, posted no more.
-    async fn status_event_park(&self, id: uuid::Uuid, now: Timestamp, error: &str) -> Result<(), StoreError>;
+    /// The endpoint kept refusing the event of this sequence: parked, posted no more.
+    async fn status_event_park(&self, sequence: i64, now: Timestamp, error: &str) -> Result<(), StoreError>;
 
     /// The parked events, newest first, at most `limit`.
     async fn parked_status_events(&self, limit: u32) -> Result<Vec<ParkedStatusEvent>, StoreError>;

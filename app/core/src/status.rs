@@ -104,19 +104,19 @@ impl Dispatcher {
         for (event, result) in answers {
             match after_post(result, event.tries, &self.settings.retry, Jitter::from_bits(rand::random()), now) {
                 StatusNext::Delivered => {
-                    delivered.push(event.id);
+                    delivered.push(event.sequence);
                     round.delivered += 1;
                     metrics::counter!("herald_status_events_total", "result" => "delivered").increment(1);
                 }
                 StatusNext::RetryAt { due, error } => {
                     tracing::debug!(subscription = %event.subscription, tries = event.tries, %error, "status event not taken");
-                    self.store.status_event_retry(event.id, due, &error).await?;
+                    self.store.status_event_retry(event.sequence, due, &error).await?;
                     round.retried += 1;
                     metrics::counter!("herald_status_events_total", "result" => "not_taken").increment(1);
                 }
                 StatusNext::Park { error } => {
                     tracing::warn!(subscription = %event.subscription, tries = event.tries, %error, "status event parked: its endpoint kept refusing it");
-                    self.store.status_event_park(event.id, now, &error).await?;
+                    self.store.status_event_park(event.sequence, now, &error).await?;
                     round.parked += 1;
                     metrics::counter!("herald_status_events_total", "result" => "parked").increment(1);
                 }
