@@ -647,7 +647,38 @@ fn status_subscriptions_load_and_every_refusal_names_its_key() {
     refused(&entry("url = \"https://hooks.example.com/\""), &[], "status_subscription[0].name", "required");
     refused(&format!("{ok}\n{}", &ok[full().len()..]), &[], "status_subscription.billing.name", "more than one");
     refused(&format!("{}\n[status_events]\nmax_posts = 0\n", full()), &[], "status_events.max_posts", "between");
+
+    // Per service token: the names of auth.service_tokens (`service`, …) and of [[services.tokens]].
+    let billing = "\n[[services.tokens]]\nname = \"billing\"\ntoken = \"billing-token\"\n";
+    let per_service = format!("{ok}service_tokens = [\"billing\", \"service\"]\n{billing}");
+    let config = load(&per_service, &[]).expect("valid");
+    assert_eq!(config.status.subscriptions[0].service_tokens, Some(vec!["billing".to_owned(), "service".to_owned()]));
+    assert_eq!(config.auth.as_ref().unwrap().service_token_names(), ["service", "billing"]);
+    assert_eq!(load(&ok, &[]).unwrap().status.subscriptions[0].service_tokens, None, "every service by default");
+    refused(
+        &format!("{ok}service_tokens = [\"billing\", \"shipping\"]\n{billing}"),
+        &[],
+        "status_subscription.billing.service_tokens[1]",
+        "not the name of a service token",
+    );
+    refused(&with("service_tokens = []"), &[], "status_subscription.billing.service_tokens", "at least one");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn service_tokens_have_names_of_their_own() {
+    use herald_core::auth::Caller;
+    let named = |fields: &str| format!("{}\n[[services.tokens]]\n{fields}\n", full());
+    let config = load(&named("name = \"billing\"\ntoken = \"billing-token\""), &[]).expect("valid");
+    let auth = config.auth.as_ref().unwrap().authenticator();
+    assert_eq!(auth.identify("billing-token"), Some(Caller::Service("billing".into())));
+    assert_eq!(auth.identify("svc-1"), Some(Caller::Service("service".into())), "the legacy list is named");
+    refused(&named("token = \"t-1\""), &[], "services.tokens[0].name", "required");
+    refused(&named("name = \"a b\"\ntoken = \"t-1\""), &[], "services.tokens[0].name", "letters");
+    refused(&named("name = \"service\"\ntoken = \"t-1\""), &[], "services.tokens[0].name", "another service token");
+    refused(&named("name = \"x\"\ntoken = \"svc-1\""), &[], "services.tokens[0]", "another token");
+    refused(&named("name = \"x\""), &[], "services.tokens[0].file", "required");
+    refused(&named("name = \"x\"\ntoken = \"a b\""), &[], "services.tokens[0].token", "spaces");
 }
 
 #[test]
