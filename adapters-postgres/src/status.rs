@@ -142,10 +142,10 @@ pub(crate) async fn delivered(pool: &PgPool, sequences: &[i64], now: Timestamp) 
           WHERE seq = ANY ($1) AND delivered_at IS NULL AND parked_at IS NULL",
     )
     .bind(sequences)
-        .bind(to_db(now))
-        .execute(pool)
-        .await
-        .map_err(store_error)?;
+    .bind(to_db(now))
+    .execute(pool)
+    .await
+    .map_err(store_error)?;
     Ok(())
 }
 

@@ -535,8 +535,7 @@ impl RawRetention {
         let tombstone =
             window("retention.tombstone_after_erasure", self.tombstone_after_erasure, d.tombstone_after_erasure)?;
         let finished = window("retention.finished_after", self.finished_after, d.finished_after)?;
-        let status_events =
-            window("retention.status_events_after", self.status_events_after, d.status_events_after)?;
+        let status_events = window("retention.status_events_after", self.status_events_after, d.status_events_after)?;
         if records < content {
             return Err(ConfigError::new(
                 "retention.records_after_erasure",
@@ -717,6 +716,35 @@ struct RawServiceToken {
     file: Option<PathBuf>,
 }
 
+/// The position of the first of `tokens` that is also one of `others` or another of `tokens`.
+fn shared_token(tokens: &[&SecretString], others: &[&SecretString]) -> Option<usize> {
+    let same = |a: &SecretString, b: &SecretString| a.expose_secret() == b.expose_secret();
+    tokens.iter().position(|t| others.iter().any(|o| same(o, t)) || tokens.iter().filter(|u| same(u, t)).count() > 1)
+}
+
+/// The token of a named token entry `key` (`[[operators.tokens]]`, `[[services.tokens]]`): given directly
+/// (`token`) or in a file (`file`), one of them, without spaces or control characters.
+fn named_token(key: &str, token: Option<String>, file: Option<PathBuf>, base: &Path) -> Result<String> {
+    let token = match (token, file) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::new(
+                format!("{key}.token"),
+                format!("is given both directly and as {key}.file; give one"),
+            ))
+        }
+        (Some(token), None) => token,
+        (None, Some(path)) => read_secret_file(&format!("{key}.file"), &path, base)?,
+        (None, None) => return Err(ConfigError::new(format!("{key}.file"), "is required (or token)")),
+    };
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ConfigError::new(
+            format!("{key}.token"),
+            "must not be empty or contain spaces or control characters",
+        ));
+    }
+    Ok(token)
+}
+
 /// `[[services.tokens]]`: each named (uniquely, and not as `auth.service_tokens`' names `service`,
 /// `service-2`, …), with a token given directly or in a file.
 fn service_tokens(
@@ -729,7 +757,9 @@ fn service_tokens(
     for (i, raw) in list.into_iter().enumerate() {
         let key = format!("services.tokens[{i}]");
         let name = raw.name.ok_or_else(|| ConfigError::new(format!("{key}.name"), "is required"))?;
-        if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        if name.is_empty()
+            || name.len() > 64
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
             return Err(ConfigError::new(
                 format!("{key}.name"),
@@ -742,23 +772,7 @@ fn service_tokens(
                 "is used by another service token (auth.service_tokens are named service, service-2, …)",
             ));
         }
-        let token = match (raw.token, raw.file) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::new(
-                    format!("{key}.token"),
-                    format!("is given both directly and as {key}.file; give one"),
-                ))
-            }
-            (Some(token), None) => token,
-            (None, Some(path)) => read_secret_file(&format!("{key}.file"), &path, base)?,
-            (None, None) => return Err(ConfigError::new(format!("{key}.file"), "is required (or token)")),
-        };
-        if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(ConfigError::new(
-                format!("{key}.token"),
-                "must not be empty or contain spaces or control characters",
-            ));
-        }
+        let token = named_token(&key, raw.token, raw.file, base)?;
         out.push(herald_core::auth::ServiceToken { name, token: SecretString::from(token) });
     }
     Ok(out)
@@ -895,23 +909,7 @@ fn operator_tokens(list: Vec<RawOperatorToken>, base: &Path) -> Result<Vec<heral
         let role = role
             .parse::<herald_domain::operators::Role>()
             .map_err(|_| ConfigError::new(format!("{key}.role"), "must be viewer, resolver or admin"))?;
-        let token = match (raw.token, raw.file) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::new(
-                    format!("{key}.token"),
-                    format!("is given both directly and as {key}.file; give one"),
-                ))
-            }
-            (Some(token), None) => token,
-            (None, Some(path)) => read_secret_file(&format!("{key}.file"), &path, base)?,
-            (None, None) => return Err(ConfigError::new(format!("{key}.file"), "is required (or token)")),
-        };
-        if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(ConfigError::new(
-                format!("{key}.token"),
-                "must not be empty or contain spaces or control characters",
-            ));
-        }
+        let token = named_token(&key, raw.token, raw.file, base)?;
         out.push(herald_core::auth::OperatorToken { name, role, token: SecretString::from(token) });
     }
     Ok(out)
@@ -1272,11 +1270,10 @@ impl RawConfig {
         let oidc = self.operators.oidc.map(|raw| oidc(raw, base)).transpose()?;
         match &mut auth {
             Some(auth) => {
-                let mut others = auth.service_tokens.iter().chain(&auth.admin_tokens).chain(&auth.metrics_tokens);
-                if let Some(i) = named.iter().position(|t| {
-                    others.any(|o| o.expose_secret() == t.token.expose_secret())
-                        || named.iter().filter(|u| u.token.expose_secret() == t.token.expose_secret()).count() > 1
-                }) {
+                let others: Vec<&SecretString> =
+                    auth.service_tokens.iter().chain(&auth.admin_tokens).chain(&auth.metrics_tokens).collect();
+                let tokens: Vec<&SecretString> = named.iter().map(|t| &t.token).collect();
+                if let Some(i) = shared_token(&tokens, &others) {
                     return Err(ConfigError::new(
                         format!("operators.tokens[{i}]"),
                         "its token is also another token of the configuration; give each its own",
@@ -1293,16 +1290,15 @@ impl RawConfig {
         match &mut auth {
             Some(auth) => {
                 let services = service_tokens(raw_services, auth.service_tokens.len(), base)?;
-                let mut others = auth
+                let others: Vec<&SecretString> = auth
                     .service_tokens
                     .iter()
                     .chain(&auth.admin_tokens)
                     .chain(&auth.metrics_tokens)
-                    .chain(auth.operator_tokens.iter().map(|t| &t.token));
-                if let Some(i) = services.iter().position(|t| {
-                    others.any(|o| o.expose_secret() == t.token.expose_secret())
-                        || services.iter().filter(|u| u.token.expose_secret() == t.token.expose_secret()).count() > 1
-                }) {
+                    .chain(auth.operator_tokens.iter().map(|t| &t.token))
+                    .collect();
+                let tokens: Vec<&SecretString> = services.iter().map(|t| &t.token).collect();
+                if let Some(i) = shared_token(&tokens, &others) {
                     return Err(ConfigError::new(
                         format!("services.tokens[{i}]"),
                         "its token is also another token of the configuration; give each its own",

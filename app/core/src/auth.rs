@@ -474,7 +474,8 @@ mod tests {
         assert_eq!(auth.identify("billing-token"), Some(Caller::Service("billing".into())));
         assert_eq!(auth.identify("billing-toke"), None);
         assert_eq!(legacy_service_names(2), ["service", "service-2"]);
-        assert!(!format!("{named:?}", named = ServiceToken { name: "n".into(), token: "secret-x".into() }).contains("secret-x"));
+        assert!(!format!("{named:?}", named = ServiceToken { name: "n".into(), token: "secret-x".into() })
+            .contains("secret-x"));
     }
 
     #[test]

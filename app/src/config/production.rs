@@ -56,8 +56,7 @@ pub fn check_with(config: &Config, with_api: bool, stand_ins: bool) -> Result<()
     }
     if let (true, Some(auth)) = (with_api, &config.auth) {
         let named: Vec<secrecy::SecretString> = auth.operator_tokens.iter().map(|t| t.token.clone()).collect();
-        let services: Vec<secrecy::SecretString> =
-            auth.named_service_tokens.iter().map(|t| t.token.clone()).collect();
+        let services: Vec<secrecy::SecretString> = auth.named_service_tokens.iter().map(|t| t.token.clone()).collect();
         for (list, tokens) in [
             ("auth.service_tokens", &auth.service_tokens),
             ("auth.admin_tokens", &auth.admin_tokens),

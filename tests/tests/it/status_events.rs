@@ -578,8 +578,18 @@ async fn each_service_hears_only_of_its_own_notifications() -> anyhow::Result<()
     let dispatcher = dispatcher_of(
         &world,
         &[
-            Subscription { name: "billing-hook", receiver: &billing, service_tokens: only("billing"), include_body: false },
-            Subscription { name: "shipping-hook", receiver: &shipping, service_tokens: only("service"), include_body: false },
+            Subscription {
+                name: "billing-hook",
+                receiver: &billing,
+                service_tokens: only("billing"),
+                include_body: false,
+            },
+            Subscription {
+                name: "shipping-hook",
+                receiver: &shipping,
+                service_tokens: only("service"),
+                include_body: false,
+            },
             Subscription { name: "all", receiver: &everything, service_tokens: None, include_body: false },
         ],
         &StatusKind::ALL,
@@ -634,7 +644,9 @@ async fn each_service_hears_only_of_its_own_notifications() -> anyhow::Result<()
         .map(|n| n["notification_id"].as_str().unwrap().to_owned())
         .collect();
     let submitted: Vec<(String, Option<String>)> =
-        sqlx::query_as("SELECT event_key, submitted_by FROM notification ORDER BY id").fetch_all(world.store.pool()).await?;
+        sqlx::query_as("SELECT event_key, submitted_by FROM notification ORDER BY id")
+            .fetch_all(world.store.pool())
+            .await?;
     assert_eq!(
         submitted,
         [("invoice-1", "billing"), ("parcel-1", "service"), ("invoice-2", "billing"), ("invoice-2", "billing")]
