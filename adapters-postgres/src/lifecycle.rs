@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use herald_domain::claim::erased;
 use herald_domain::{Outcome, Timestamp, UserId};
+use herald_ports::audit::NewAuditEvent;
 use herald_ports::store::{Erasure, ErasureRecord, PurgeCutoffs, PurgeReport, StoreError};
 use sqlx::{PgConnection, PgPool};
 
@@ -78,7 +79,12 @@ impl From<RecordRow> for ErasureRecord {
 const DIGEST: &str = "sha256(convert_to($1, 'UTF8'))";
 
 /// The erasure (`LifecycleStore::erase`).
-pub(crate) async fn erase(pool: &PgPool, user: &UserId, actor: &str, now: Timestamp) -> Result<Erasure, StoreError> {
+pub(crate) async fn erase(
+    pool: &PgPool,
+    user: &UserId,
+    audit: &NewAuditEvent,
+    now: Timestamp,
+) -> Result<Erasure, StoreError> {
     let mut tx = pool.begin().await.map_err(store_error)?;
     sqlx::query(LOCK_USER).bind(user.as_str()).execute(&mut *tx).await.map_err(store_error)?;
     let inserted = sqlx::query(&format!(
@@ -87,7 +93,7 @@ pub(crate) async fn erase(pool: &PgPool, user: &UserId, actor: &str, now: Timest
     ))
     .bind(user.as_str())
     .bind(to_db(now))
-    .bind(actor)
+    .bind(audit.actor.label())
     .execute(&mut *tx)
     .await
     .map_err(store_error)?;
@@ -97,6 +103,7 @@ pub(crate) async fn erase(pool: &PgPool, user: &UserId, actor: &str, now: Timest
             erasure(pool, user).await?.ok_or_else(|| StoreError::Unknown(anyhow::anyhow!("erasure vanished")))?;
         return Ok(Erasure { record, first: false });
     }
+    crate::audit::insert(&mut tx, audit).await?;
     let (settled, released) = settle(&mut tx, user, now).await?;
     let destroyed = sqlx::query("DELETE FROM channel_pref WHERE user_id = $1")
         .bind(user.as_str())

@@ -499,8 +499,13 @@ impl InboxStore for PgStore {
 
 #[async_trait]
 impl LifecycleStore for PgStore {
-    async fn erase(&self, user: &UserId, actor: &str, now: Timestamp) -> Result<Erasure, StoreError> {
-        lifecycle::erase(&self.pool, user, actor, now).await
+    async fn erase(
+        &self,
+        user: &UserId,
+        audit: &herald_ports::NewAuditEvent,
+        now: Timestamp,
+    ) -> Result<Erasure, StoreError> {
+        lifecycle::erase(&self.pool, user, audit, now).await
     }
 
     async fn erasure(&self, user: &UserId) -> Result<Option<ErasureRecord>, StoreError> {

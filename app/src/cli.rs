@@ -358,10 +358,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Err(problem) = herald_domain::check_user_id(&user_id) {
                 return Err(ConfigError::new("USER", problem.to_string()).into());
             }
+            let actor = match by {
+                Some(name) if herald_domain::operators::valid_name(&name) => usecases::Actor::command_line(name),
+                Some(_) => {
+                    return Err(ConfigError::new("--by", "a name of 1 to 128 printable characters".to_owned()).into())
+                }
+                None => cli_actor(),
+            };
             let services = store_services(&config, "users erase").await?;
-            let actor = by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "command line".to_owned());
-            let actor = format!("{actor} (command line)");
-            let erasure = usecases::erase_user(&services, &UserId::new(user_id), &actor)
+            let erasure = usecases::erase_user(&services, &actor, &UserId::new(user_id))
                 .await
                 .context("cannot erase the user")?;
             println!("{}", erasure_words(&erasure));

@@ -704,15 +704,22 @@ pub struct Erasure {
 #[cfg_attr(feature = "mocks", mockall::automock)]
 #[async_trait]
 pub trait LifecycleStore: Send + Sync {
-    /// Erases `user` at `now` on `actor`'s request, in one transaction: records the erasure; settles every
+    /// Erases `user` at `now` on `audit.actor`'s request, in one transaction: records the erasure and its
+    /// audit event; settles every
     /// task of the user not handed to a channel (`herald_domain::claim::erased`: `SUPPRESSED`, or closed
     /// `UNKNOWN` when an earlier attempt may have been accepted — a parked one leaves the review queue),
     /// each with a `USER_ERASED` attempt row; destroys the user's channel preferences with their
     /// destinations; ends the user's console sessions. A task in `SENDING` is left to its holder: its
     /// finish is recorded, and the next claim settles it. Waits for a submission for the user in flight
     /// and settles what it wrote; a submission after the commit is refused. A second erasure changes
-    /// nothing and answers the first record (`first = false`).
-    async fn erase(&self, user: &UserId, actor: &str, now: Timestamp) -> Result<Erasure, StoreError>;
+    /// nothing and answers the first record (`first = false`) and writes nothing, not even `audit`.
+    /// `audit` (its actor is the record's `requested_by`) is written in the erasure's transaction.
+    async fn erase(
+        &self,
+        user: &UserId,
+        audit: &crate::audit::NewAuditEvent,
+        now: Timestamp,
+    ) -> Result<Erasure, StoreError>;
 
     /// The erasure record of `user`, if the user was erased.
     async fn erasure(&self, user: &UserId) -> Result<Option<ErasureRecord>, StoreError>;

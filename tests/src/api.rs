@@ -353,6 +353,8 @@ pub struct Written {
     pub delivery_task: i64,
     pub delivery_attempt: i64,
     pub channel_pref: i64,
+    pub user_erasure: i64,
+    pub audit_event: i64,
     pub fingerprint: String,
 }
 
@@ -377,6 +379,8 @@ impl Written {
             delivery_task: world.db.count(&count("delivery_task")).await?,
             delivery_attempt: world.db.count(&count("delivery_attempt")).await?,
             channel_pref: world.db.count(&count("channel_pref")).await?,
+            user_erasure: world.db.count(&count("user_erasure")).await?,
+            audit_event: world.db.count(&count("audit_event")).await?,
             fingerprint: fingerprint.unwrap_or_default(),
         })
     }

@@ -981,30 +981,55 @@ async fn rotate_rows(
     Ok(report)
 }
 
-/// Who asked for an erasure, as its record keeps it (SPEC §14: every human act records its actor).
-pub const ERASED_BY_API: &str = "admin token (API)";
-/// The console's operator, as an erasure record names them.
-pub const ERASED_BY_CONSOLE: &str = "operator (console)";
+/// How the audit trail names an erased user: `user sha256:HEX`, the SHA-256 of the id, as the erasure's
+/// tombstone keeps it (`user_erasure.user_digest`). The audit trail is append-only and outlives every
+/// boundary, so it never holds the erased user's id: whoever knows the id can recognise the row, nobody
+/// can read the id from it.
+#[must_use]
+pub fn erasure_target(user: &UserId) -> String {
+    use sha2::{Digest as _, Sha256};
+    use std::fmt::Write as _;
+    let digest = Sha256::digest(user.as_str().as_bytes());
+    digest.iter().fold(String::from("user sha256:"), |mut out, byte| {
+        let _ = write!(out, "{byte:02x}");
+        out
+    })
+}
 
-/// Erases a user (SPEC §13), once: from the commit no task of theirs is handed to a channel — every task
+/// Erases a user (SPEC §13), once, if `actor` may ([`Capability::EraseUsers`]; refused, it reads and
+/// writes nothing): from the commit no task of theirs is handed to a channel — every task
 /// not in a holder's hands is settled (`SUPPRESSED`, or closed `UNKNOWN` with the reason when an earlier
 /// attempt may have been accepted; a parked one leaves the review queue), the destinations are destroyed,
 /// later submissions and preference changes for the user are refused (`StoreError::UserErased`, writing
 /// nothing). A call already in flight is not recalled: its outcome is recorded, and the claim that would
-/// retry it settles it instead. A second erasure changes nothing and answers the first record.
+/// retry it settles it instead. The erasure's record names the actor (`Actor::label`) and its audit event
+/// ([`AuditAction::EraseUser`], target [`erasure_target`]) is written in the same transaction. A second
+/// erasure changes nothing, writes no audit event and answers the first record.
 ///
 /// # Errors
-/// Store failures.
-pub async fn erase_user(services: &Services, user: &UserId, actor: &str) -> Result<herald_ports::Erasure, StoreError> {
+/// [`AccessError::Forbidden`] naming the capability; store failures.
+pub async fn erase_user(
+    services: &Services,
+    actor: &Actor,
+    user: &UserId,
+) -> Result<herald_ports::Erasure, AccessError> {
+    actor.require(Capability::EraseUsers)?;
     let now = services.clock.now().await?;
-    let erasure = services.lifecycle.erase(user, actor, now).await?;
+    let audit = NewAuditEvent {
+        actor: actor.clone(),
+        action: AuditAction::EraseUser,
+        target: erasure_target(user),
+        detail: String::new(),
+        at: now,
+    };
+    let erasure = services.lifecycle.erase(user, &audit, now).await?;
     if erasure.first {
         // The user's id is not logged: the log is a copy the erasure cannot reach.
         tracing::info!(
             settled = erasure.record.settled_tasks,
             released_reviews = erasure.record.released_reviews,
             destroyed_destinations = erasure.record.destroyed_destinations,
-            actor,
+            actor = %actor.label(),
             "user erased"
         );
         metrics::counter!("herald_erasures_total").increment(1);

@@ -86,9 +86,15 @@ async fn erasure_settles_every_task_and_the_call_in_flight_is_never_repeated() {
     let other = world.submit("u2", "e2", HOUR, None).await.expect("u2 e2");
     let calls_before = calls_claimed(&world, "u1").await;
 
-    let erased = herald_core::usecases::erase_user(&services, &UserId::from("u1"), "test").await.expect("erase");
+    let erased = herald_core::usecases::erase_user(
+        &services,
+        &herald_core::usecases::Actor::command_line("test"),
+        &UserId::from("u1"),
+    )
+    .await
+    .expect("erase");
     assert!(erased.first);
-    assert_eq!(erased.record.requested_by, "test");
+    assert_eq!(erased.record.requested_by, "cli test");
     assert_eq!(erased.record.settled_tasks, 4, "e2's three tasks and the parked one: {:?}", erased.record);
     assert_eq!(erased.record.released_reviews, 1);
     assert_eq!(erased.record.destroyed_destinations, 3);
@@ -142,7 +148,13 @@ async fn erasure_settles_every_task_and_the_call_in_flight_is_never_repeated() {
     assert_eq!(count(&world, "SELECT count(*) FROM channel_pref WHERE user_id = $1", "u1").await, 0);
 
     // Idempotent.
-    let again = herald_core::usecases::erase_user(&services, &UserId::from("u1"), "someone else").await.expect("again");
+    let again = herald_core::usecases::erase_user(
+        &services,
+        &herald_core::usecases::Actor::command_line("someone else"),
+        &UserId::from("u1"),
+    )
+    .await
+    .expect("again");
     assert!(!again.first);
     assert_eq!(again.record, erased.record, "the second erasure answers the first record and changes nothing");
 
@@ -191,8 +203,13 @@ async fn erasure_racing_submissions_and_a_worker_stops_every_disclosure_at_its_c
     };
     wait_until("some deliveries for u1", || async { requests_to(&world, "u1") >= 10 }).await;
 
-    let erased =
-        herald_core::usecases::erase_user(&world.services(), &UserId::from("u1"), "test").await.expect("erase");
+    let erased = herald_core::usecases::erase_user(
+        &world.services(),
+        &herald_core::usecases::Actor::command_line("test"),
+        &UserId::from("u1"),
+    )
+    .await
+    .expect("erase");
     let claimed_at_erasure = calls_claimed(&world, "u1").await;
     let notifications_at_erasure = count(&world, "SELECT count(*) FROM notification WHERE user_id = $1", "u1").await;
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -261,10 +278,16 @@ async fn the_api_and_the_command_line_erase_through_one_use_case_and_only_for_an
     assert_eq!(first["erased_now"], true);
     assert_eq!(first["settled_tasks"], 1);
     assert_eq!(first["destroyed_destinations"], 1);
-    assert_eq!(first["requested_by"], herald_core::usecases::ERASED_BY_API);
+    let admin = format!("token {}", herald_core::auth::LEGACY_ADMIN_TOKEN_NAME);
+    assert_eq!(first["requested_by"], admin.as_str());
     let again = api.post(path, Some(ADMIN_TOKEN), &empty).await.ok(StatusCode::OK);
     assert_eq!(again["erased_now"], false);
     assert_eq!(again["requested_at"], first["requested_at"], "the repeat answers the first record");
+    assert_eq!(
+        erasure_audit(&world, "u1").await,
+        vec![(herald_core::auth::LEGACY_ADMIN_TOKEN_NAME.to_owned(), "token".to_owned(), "admin".to_owned())],
+        "one audit event for the erasure, naming the token; the repeat writes none"
+    );
 
     let submit = serde_json::json!({"user_id": "u1", "event_key": "after", "body": "late", "ttl_seconds": 60});
     let gone = api.post("/v1/notifications", Some(SERVICE_TOKEN), &submit).await.problem(StatusCode::GONE);
@@ -352,7 +375,13 @@ async fn each_boundary_leaves_exactly_what_the_documentation_says_and_retention_
     assert_eq!(parked.len(), 1, "stay's Miaotixing task waits for a person");
     let body_of = |user: &str, key: &str| format!("Event {key} for {user}");
 
-    herald_core::usecases::erase_user(&services, &UserId::from(gone), "test").await.expect("erase");
+    herald_core::usecases::erase_user(
+        &services,
+        &herald_core::usecases::Actor::command_line("test"),
+        &UserId::from(gone),
+    )
+    .await
+    .expect("erase");
     let at_erasure = dump(&world);
     assert!(at_erasure.contains(&body_of(gone, "g1")), "before the content boundary the bodies are kept");
     assert!(!rows_of(&world, gone).await.iter().any(|(t, _)| t == "channel_pref"), "destinations go at once");
@@ -498,9 +527,15 @@ async fn the_export_holds_everything_about_the_user_and_no_destination() {
     api.get("/v1/users/u1/export", Some(SERVICE_TOKEN)).await.problem(StatusCode::FORBIDDEN);
 
     // After an erasure the export shows the record, and no channel.
-    herald_core::usecases::erase_user(&world.services(), &UserId::from("u1"), "test").await.expect("erase");
+    herald_core::usecases::erase_user(
+        &world.services(),
+        &herald_core::usecases::Actor::command_line("test"),
+        &UserId::from("u1"),
+    )
+    .await
+    .expect("erase");
     let after = api.get("/v1/users/u1/export", Some(ADMIN_TOKEN)).await.ok(StatusCode::OK);
-    assert_eq!(after["erasure"]["requested_by"], "test");
+    assert_eq!(after["erasure"]["requested_by"], "cli test");
     assert_eq!(after["channels"], serde_json::json!([]));
 }
 
@@ -539,8 +574,76 @@ async fn the_console_erases_as_the_api_does_and_only_for_an_operator() {
         (services_record(&world, "ann").await.expect("ann"), services_record(&world, "bob").await.expect("bob"));
     assert_eq!(by_api["settled_tasks"], 2);
     assert_eq!((ann.settled_tasks, ann.destroyed_destinations), (bob.settled_tasks, bob.destroyed_destinations));
-    assert_eq!(bob.requested_by, herald_core::usecases::ERASED_BY_CONSOLE);
+    assert!(bob.requested_by.starts_with("token "), "the console's operator is named: {}", bob.requested_by);
+    let audited = erasure_audit(&world, "bob").await;
+    assert_eq!(audited.len(), 1, "one audit event for the console's erasure and none for its repeat: {audited:?}");
+    assert_eq!(format!("token {}", audited[0].0), bob.requested_by, "the record and the audit name one actor");
     assert_eq!(open_tasks(&world, "bob").await, 0);
+}
+
+/// The audit events of `user`'s erasure, oldest first: (actor name, actor kind, role). The trail names the
+/// user only by the digest the tombstone keeps.
+async fn erasure_audit(world: &World, user: &str) -> Vec<(String, String, String)> {
+    let target = herald_core::usecases::erasure_target(&UserId::from(user));
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT actor_name, actor_kind, actor_role FROM audit_event WHERE action = 'erase_user' AND target = $1 ORDER BY id",
+    )
+    .bind(&target)
+    .fetch_all(world.store.pool())
+    .await
+    .expect("audit");
+    let naming: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_event WHERE target LIKE '%' || $1 || '%' OR detail LIKE '%' || $1 || '%'",
+    )
+    .bind(user)
+    .fetch_one(world.store.pool())
+    .await
+    .expect("audit");
+    assert_eq!(naming, 0, "no audit event names the erased user {user} by id");
+    rows
+}
+
+/// The capability is the core's: a viewer's or a resolver's erasure, however it arrives, is refused by
+/// the use case naming `erase_users`, and writes nothing — no erasure record, no audit event, no settled
+/// task, no destroyed destination. An admin's goes through with one audit event naming the admin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_core_refuses_an_erasure_without_the_capability_and_audits_the_one_it_does() {
+    use herald_core::usecases::{AccessError, Actor};
+    use herald_domain::operators::{ActorKind, Capability, Role};
+    use herald_tests::api::Written;
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    world.user("u1", &["push", "sms"]).await.expect("u1");
+    world.submit("u1", "e1", HOUR, None).await.expect("submit");
+    let services = world.services();
+    let user = UserId::from("u1");
+    for role in [Role::Viewer, Role::Resolver] {
+        let before = Written::now(&world).await.expect("counts");
+        let actor = Actor::new(ActorKind::Operator, "Li Wei", role);
+        let refused = herald_core::usecases::erase_user(&services, &actor, &user).await;
+        match refused {
+            Err(AccessError::Forbidden(forbidden)) => {
+                assert_eq!(forbidden.capability, Capability::EraseUsers);
+                assert!(forbidden.to_string().contains("erase_users"), "{forbidden}");
+            }
+            other => panic!("{role}: expected a refusal, got {other:?}"),
+        }
+        assert_eq!(Written::now(&world).await.expect("counts"), before, "{role}: nothing written");
+        assert!(services_record(&world, "u1").await.is_none(), "{role}: no erasure record");
+        assert_eq!(
+            count(&world, "SELECT count(*) FROM audit_event WHERE $1 <> ''", "x").await,
+            0,
+            "{role}: no audit event"
+        );
+    }
+    let admin = Actor::new(ActorKind::Operator, "Li Wei", Role::Admin);
+    let erased = herald_core::usecases::erase_user(&services, &admin, &user).await.expect("erase");
+    assert!(erased.first);
+    assert_eq!(erased.record.requested_by, "Li Wei");
+    assert_eq!(erased.record.settled_tasks, 2);
+    assert_eq!(
+        erasure_audit(&world, "u1").await,
+        vec![("Li Wei".to_owned(), "operator".to_owned(), "admin".to_owned())]
+    );
 }
 
 async fn services_record(world: &World, user: &str) -> Option<herald_ports::ErasureRecord> {

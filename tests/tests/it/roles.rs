@@ -73,6 +73,7 @@ async fn every_capability_by_every_role_through_the_api() {
     let tasks = parked(&world, &users).await;
     for role in Role::ALL {
         world.user(&format!("{role}-push"), &["push"]).await.expect("user");
+        world.user(&format!("{role}-erase"), &["push"]).await.expect("user");
     }
     for role in Role::ALL {
         let bearer = Some(token(role));
@@ -108,6 +109,7 @@ async fn every_capability_by_every_role_through_the_api() {
             ),
             (Capability::ActForUsers, Method::POST, format!("/v1/users/{push_user}/sign-in-links"), None),
             (Capability::ViewAudit, Method::GET, "/v1/audit".into(), None),
+            (Capability::EraseUsers, Method::POST, format!("/v1/users/{role}-erase/erasure"), Some(json!({}))),
         ];
         for (capability, method, path, body) in cases {
             let before = Written::now(&world).await.expect("counts");
@@ -183,6 +185,19 @@ async fn every_capability_by_every_role_through_the_console() {
                 assert!(page.body.contains(words), "{role} {decision}: the page names the capability: {}", page.body);
                 assert_eq!(Written::now(&world).await.expect("counts"), before, "{role} {decision}: nothing written");
             }
+        }
+        let erase_user = format!("{role}-erase");
+        world.user(&erase_user, &["push"]).await.expect("user");
+        let before = Written::now(&world).await.expect("counts");
+        let page =
+            console.post(&format!("/console/users/{erase_user}/erasure"), &format!("confirm={erase_user}")).await;
+        if role.may(Capability::EraseUsers) {
+            assert_eq!(page.status, StatusCode::OK, "{role} erase: {}", page.body);
+            assert_eq!(Written::now(&world).await.expect("counts").user_erasure, before.user_erasure + 1);
+        } else {
+            assert_eq!(page.status, StatusCode::FORBIDDEN, "{role} erase");
+            assert!(page.body.contains("erase users"), "{role} erase: the page names the capability: {}", page.body);
+            assert_eq!(Written::now(&world).await.expect("counts"), before, "{role} erase: nothing written");
         }
     }
 }

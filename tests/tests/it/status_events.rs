@@ -198,7 +198,8 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
     // Erased: the user's erasure settles the task before any claim.
     world.user("u3", &["push"]).await?;
     let erased = world.submit("u3", "erased", HOUR, None).await?;
-    herald_core::usecases::erase_user(&services, &"u3".into(), "test").await?;
+    herald_core::usecases::erase_user(&services, &herald_core::usecases::Actor::command_line("test"), &"u3".into())
+        .await?;
     expected.insert(public(&erased), words(&["notification.suppressed/1/erased"]));
 
     // Erased while the outcome of a call was unknown and a resend with the same key was scheduled (not

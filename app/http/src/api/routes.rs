@@ -404,7 +404,8 @@ pub async fn resolve_task(
     Ok(Json(ResolvedBody { task_id: resolved.task_id.0, state: resolved.state.to_string() }))
 }
 
-/// Erase a user (SPEC §13), admin only. In one transaction: the erasure is recorded (who, when), every
+/// Erase a user (SPEC §13): the capability `erase_users` (admin). In one transaction: the erasure is
+/// recorded (who, when) with its audit event (`erase_user`, naming the actor), every
 /// task of the user not yet handed to a channel is settled (suppressed; "outcome unknown" when an earlier
 /// attempt may have been accepted; a parked one leaves the review queue), the user's destinations are
 /// destroyed. A call already in flight is not recalled; nothing is sent again. Later submissions and
@@ -427,12 +428,10 @@ pub async fn erase_user(
     Operator(actor): Operator,
     ApiPath(user_id): ApiPath<String>,
 ) -> ApiResult<Response> {
-    // Checked here until the erasure use case takes the actor (and writes its audit event).
-    actor.require(herald_domain::operators::Capability::EraseUsers)?;
     let mut errors = Errors::default();
     check_path_user(&mut errors, &user_id);
     errors.finish(|| Some(()))?;
-    let erasure = usecases::erase_user(&state.services(), &UserId::new(user_id), usecases::ERASED_BY_API).await?;
+    let erasure = usecases::erase_user(&state.services(), &actor, &UserId::new(user_id)).await?;
     let status = if erasure.first { StatusCode::ACCEPTED } else { StatusCode::OK };
     Ok((status, Json(ErasureBody::from(erasure))).into_response())
 }

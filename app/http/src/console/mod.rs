@@ -912,7 +912,7 @@ async fn erase_user(
     Path(user_id): Path<String>,
     posted: Posted<Actor, EraseForm>,
 ) -> Response {
-    let Posted { ctx, form, .. } = posted;
+    let Posted { ctx, who: actor, form } = posted;
     let w = ctx.w();
     if herald_domain::check_user_id(&user_id).is_err() {
         return ctx.message(StatusCode::NOT_FOUND, w.not_found);
@@ -920,10 +920,10 @@ async fn erase_user(
     if form.confirm.trim() != user_id {
         return ctx.message(StatusCode::UNPROCESSABLE_ENTITY, w.erase_mismatch);
     }
-    match usecases::erase_user(&state.services(), &UserId::new(user_id), usecases::ERASED_BY_CONSOLE).await {
+    match usecases::erase_user(&state.services(), &actor, &UserId::new(user_id)).await {
         Ok(erasure) if erasure.first => ctx.message(StatusCode::OK, w.erase_done),
         Ok(_) => ctx.message(StatusCode::OK, w.erase_repeat),
-        Err(_) => ctx.store_down(),
+        Err(error) => ctx.failed(error),
     }
 }
 
