@@ -16,6 +16,7 @@
 //! * `lifecycle` — erasure of a user (SPEC §13);
 //! * `status` — the status events' outbox (its events are written by a trigger);
 //! * `store` — [`PgStore`] and its implementation of every store role, delegating to the above;
+//! * `vault` — [`PgVault`], the user-key vault on a database of its own (uses `store`'s connection);
 //! * `prefs` — the `PreferenceStore` implementation; `sessions` — the `SessionStore` implementation (the
 //!   console's sessions and sign-in links); `negative` — the test-only unsafe variants.
 
@@ -37,6 +38,7 @@ mod status;
 mod store;
 mod test_send;
 mod transition;
+mod vault;
 mod views;
 
 #[cfg(feature = "negative-controls")]
@@ -48,6 +50,7 @@ pub use finish::FINISH_BATCH_QUERY;
 pub use notify::{TaskListener, Wakeup, TASKS_CHANNEL};
 pub use rows::PARKED;
 pub use store::{create_database_if_missing, database_of, DatabaseReady, PgStore, Planning};
+pub use vault::PgVault;
 pub use views::{
     ATTEMPTS_OF_TASKS, COMPACT_TASK_TALLY, DECIDED_COUNTS, INBOX_PAGE, NOTIFICATION_BY_EVENT, NOTIFICATION_BY_REF,
     NOTIFICATION_BY_REFERENCE, OUTCOME_BUCKETS, OUTCOME_COUNTS, PARKED_BUCKETS, PARKED_PAGE, TASK_TALLY,

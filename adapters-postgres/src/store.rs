@@ -264,7 +264,7 @@ fn create_command(options: &PgConnectOptions, name: &str) -> String {
     format!("createdb -h {} -p {} -U postgres{owner} {}", quoted(options.get_host()), options.get_port(), quoted(name))
 }
 
-async fn connect_pool(url: &str, max_connections: u32, planning: Planning) -> Result<PgPool, StoreError> {
+pub(crate) async fn connect_pool(url: &str, max_connections: u32, planning: Planning) -> Result<PgPool, StoreError> {
     let options = parse_url(url)?;
     // One connection first, outside the pool: a pool would retry until its acquire timeout and then
     // report only "timed out", hiding the cause (refused, no such database, authentication).

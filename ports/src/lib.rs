@@ -14,6 +14,7 @@ pub mod prefs;
 pub mod sessions;
 pub mod status;
 pub mod store;
+pub mod vault;
 
 pub use audit::{AuditEvent, AuditFilter, AuditStore, NewAuditEvent};
 pub use channel::{Channel, ChannelRegistry, OutboundMessage};
@@ -30,6 +31,7 @@ pub use store::{
     ParkedFilter, ParkedTask, PurgeCutoffs, PurgeReport, ReadModels, ResolveError, Resolved, ReviewStore, Settled,
     StoreError, StoredSubmission, SubmissionStore, TaskCount, TaskSummary, TaskView, TestSendGrant,
 };
+pub use vault::{UserKeyVault, WrappedKey};
 
 /// Every port a whole store implements, for `use herald_ports::prelude::*`.
 pub mod prelude {

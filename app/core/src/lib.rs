@@ -36,6 +36,7 @@ pub mod services;
 pub mod sessions;
 pub mod status;
 pub mod usecases;
+pub mod user_keys;
 pub mod worker;
 
 #[cfg(any(test, feature = "testing"))]

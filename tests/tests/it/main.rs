@@ -38,6 +38,7 @@ mod submissions;
 mod tally;
 mod test_send;
 mod token_cli;
+mod vault;
 mod walkthrough;
 mod webpush;
 mod worker_cli;

@@ -1,0 +1,184 @@
+//! Per-user data keys for crypto-shredding (issue 42): each user gets a random 256-bit data key, wrapped
+//! by the keyring's current key (the `DestinationCipher` port, bound to the user and to a slot no channel
+//! can be named, so a wrapped key is never mistaken for a destination) and kept in the user-key vault
+//! (`UserKeyVault`), apart from the data it protects. Destroying a user's key is what makes every copy of
+//! content sealed under it unreadable; rotating the keyring re-wraps the keys (a few bytes per user)
+//! instead of re-encrypting the content.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use herald_domain::{ChannelName, UserId};
+use herald_ports::store::StoreError;
+use herald_ports::{CipherError, DestinationCipher, UserKeyVault};
+use rand::rngs::OsRng;
+use rand::RngCore as _;
+use secrecy::zeroize::Zeroizing;
+use secrecy::{ExposeSecret as _, SecretString};
+
+/// The length of a data key: AES-256.
+pub const DATA_KEY_LEN: usize = 32;
+
+/// The wrapping's second associated-data part: a channel name no configuration can give (channel names
+/// are `[a-z0-9_-]`), so bytes wrapped here fail to open as any destination and the reverse.
+const WRAP_SLOT: &str = "\u{0}user-data-key";
+
+/// One user's data key, unwrapped. Its `Debug` shows nothing of it.
+#[derive(Clone)]
+pub struct DataKey(Arc<Zeroizing<[u8; DATA_KEY_LEN]>>);
+
+impl DataKey {
+    /// The key's bytes, for the content cipher.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8; DATA_KEY_LEN] {
+        &self.0
+    }
+
+    fn generate() -> DataKey {
+        let mut key = Zeroizing::new([0_u8; DATA_KEY_LEN]);
+        OsRng.fill_bytes(key.as_mut());
+        DataKey(Arc::new(key))
+    }
+}
+
+impl PartialEq for DataKey {
+    fn eq(&self, other: &DataKey) -> bool {
+        use subtle::ConstantTimeEq as _;
+        bool::from(self.bytes().ct_eq(other.bytes()))
+    }
+}
+
+impl Eq for DataKey {}
+
+impl std::fmt::Debug for DataKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DataKey(…)")
+    }
+}
+
+/// Why a user's key could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The vault failed, or refused: [`StoreError::UserErased`] when the user's key was destroyed.
+    #[error(transparent)]
+    Vault(#[from] StoreError),
+    /// The stored key does not unwrap (its wrapping key is not loaded, or the bytes were damaged).
+    #[error("the user's data key cannot be unwrapped: {0}")]
+    Unwrap(#[from] CipherError),
+}
+
+/// What a re-wrap did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RewrapReport {
+    pub examined: u64,
+    pub rewrapped: u64,
+    /// Changed or destroyed meanwhile; left as they are.
+    pub skipped: u64,
+    /// Users whose key did not unwrap (never their key itself).
+    pub unreadable: Vec<String>,
+}
+
+/// The users' data keys: the vault where they are kept, the keyring that wraps them.
+#[derive(Clone)]
+pub struct UserKeys {
+    vault: Arc<dyn UserKeyVault>,
+    keyring: Arc<dyn DestinationCipher>,
+}
+
+impl UserKeys {
+    #[must_use]
+    pub fn new(vault: Arc<dyn UserKeyVault>, keyring: Arc<dyn DestinationCipher>) -> UserKeys {
+        UserKeys { vault, keyring }
+    }
+
+    fn slot() -> ChannelName {
+        ChannelName::new(WRAP_SLOT)
+    }
+
+    fn wrap(&self, user: &UserId, key: &DataKey) -> Result<Vec<u8>, CipherError> {
+        let text = SecretString::from(BASE64.encode(key.bytes()));
+        self.keyring.encrypt(user, &Self::slot(), &text)
+    }
+
+    fn unwrap(&self, user: &UserId, wrapped: &[u8]) -> Result<DataKey, CipherError> {
+        let text = self.keyring.decrypt(user, &Self::slot(), wrapped)?;
+        let bytes = Zeroizing::new(BASE64.decode(text.expose_secret()).map_err(|_| CipherError::Invalid)?);
+        let key: [u8; DATA_KEY_LEN] = bytes.as_slice().try_into().map_err(|_| CipherError::Invalid)?;
+        Ok(DataKey(Arc::new(Zeroizing::new(key))))
+    }
+
+    /// `user`'s key, made and stored now when the user has none (one vault round trip when it exists,
+    /// two when it is made). Concurrent callers in any process get the same key.
+    ///
+    /// # Errors
+    /// [`KeyError::Vault`] with [`StoreError::UserErased`] once the user's key was destroyed.
+    pub async fn key_for(&self, user: &UserId) -> Result<DataKey, KeyError> {
+        let candidate = DataKey::generate();
+        let wrapped = self.wrap(user, &candidate)?;
+        let stored = self.vault.get_or_insert(user, &wrapped).await?;
+        if stored == wrapped {
+            return Ok(candidate);
+        }
+        Ok(self.unwrap(user, &stored)?)
+    }
+
+    /// The keys of `users` that exist, in one vault round trip (the worker's batch). A user without a
+    /// key (never made, or destroyed) is absent; a key that does not unwrap is an error naming nobody.
+    ///
+    /// # Errors
+    /// Vault failures; [`KeyError::Unwrap`].
+    pub async fn existing_keys(&self, users: &[UserId]) -> Result<HashMap<UserId, DataKey>, KeyError> {
+        let found = self.vault.get_many(users).await?;
+        let mut keys = HashMap::with_capacity(found.len());
+        for row in found {
+            let key = self.unwrap(&row.user, &row.wrapped)?;
+            keys.insert(row.user, key);
+        }
+        Ok(keys)
+    }
+
+    /// Destroys `user`'s key for good (the erasure's first step): `true` when a key was destroyed now.
+    ///
+    /// # Errors
+    /// Vault failures.
+    pub async fn destroy(&self, user: &UserId) -> Result<bool, StoreError> {
+        self.vault.destroy(user).await
+    }
+
+    /// Re-wraps every stored key that is not under the keyring's current key, `batch` at a time; a key
+    /// changed or destroyed meanwhile is skipped, one that does not unwrap is reported by its user.
+    ///
+    /// # Errors
+    /// Vault failures; a wrapping failure.
+    pub async fn rewrap(&self, batch: u32) -> Result<RewrapReport, KeyError> {
+        let mut report = RewrapReport::default();
+        let mut after = None;
+        loop {
+            let page = self.vault.page(after.clone(), batch.max(1)).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.user.clone());
+            for row in &page {
+                report.examined += 1;
+                if !self.keyring.needs_rotation(&row.wrapped) {
+                    continue;
+                }
+                let key = match self.unwrap(&row.user, &row.wrapped) {
+                    Ok(key) => key,
+                    Err(error) => {
+                        report.unreadable.push(format!("user {}: {error}", row.user));
+                        continue;
+                    }
+                };
+                let new = self.wrap(&row.user, &key)?;
+                if self.vault.replace(&row.user, &row.wrapped, &new).await? {
+                    report.rewrapped += 1;
+                } else {
+                    report.skipped += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+}
