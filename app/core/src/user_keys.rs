@@ -8,6 +8,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use aes_gcm::aead::{Aead as _, KeyInit as _, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use herald_domain::{ChannelName, UserId};
@@ -25,6 +27,21 @@ pub const DATA_KEY_LEN: usize = 32;
 /// are `[a-z0-9_-]`), so bytes wrapped here fail to open as any destination and the reverse.
 const WRAP_SLOT: &str = "\u{0}user-data-key";
 
+/// The first byte of a value sealed under a user's data key ([`DataKey::seal`]).
+const SEALED_UNDER_USER_KEY: u8 = 0;
+const NONCE_LEN: usize = 12;
+
+/// The associated data of a sealed value: each part length-prefixed (u64, big endian), so that
+/// `("ab", "c")` and `("a", "bc")` differ.
+fn associated_data(context: &[&str]) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(context.iter().map(|p| 8 + p.len()).sum());
+    for part in context {
+        aad.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        aad.extend_from_slice(part.as_bytes());
+    }
+    aad
+}
+
 /// One user's data key, unwrapped. Its `Debug` shows nothing of it.
 #[derive(Clone)]
 pub struct DataKey(Arc<Zeroizing<[u8; DATA_KEY_LEN]>>);
@@ -34,6 +51,57 @@ impl DataKey {
     #[must_use]
     pub fn bytes(&self) -> &[u8; DATA_KEY_LEN] {
         &self.0
+    }
+
+    /// Seals `plaintext` under this key: `0x00 || 12-byte random nonce || AES-256-GCM ciphertext and
+    /// tag`, bound to `context` (the row it belongs to, as length-prefixed parts: a sealed value copied
+    /// into another row does not open). The leading zero byte tells it apart from a value sealed under
+    /// the keyring directly, which starts with its key id's length (at least 1), so rows written before
+    /// shredding stay readable.
+    ///
+    /// # Errors
+    /// [`CipherError::Encrypt`] only for inputs AES-GCM refuses (many GiB).
+    pub fn seal(&self, context: &[&str], plaintext: &[u8]) -> Result<Vec<u8>, CipherError> {
+        let mut nonce = [0_u8; NONCE_LEN];
+        OsRng.fill_bytes(&mut nonce);
+        let aad = associated_data(context);
+        let sealed = self
+            .cipher()
+            .encrypt(&Nonce::from(nonce), Payload { msg: plaintext, aad: &aad })
+            .map_err(|_| CipherError::Encrypt)?;
+        let mut out = Vec::with_capacity(1 + NONCE_LEN + sealed.len());
+        out.push(SEALED_UNDER_USER_KEY);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(&sealed);
+        Ok(out)
+    }
+
+    /// Opens bytes written by [`DataKey::seal`] for the same `context`.
+    ///
+    /// # Errors
+    /// [`CipherError::Invalid`] when they are not such bytes, were changed, belong to another row or
+    /// were sealed under another user's key.
+    pub fn open(&self, context: &[&str], sealed: &[u8]) -> Result<Zeroizing<Vec<u8>>, CipherError> {
+        let rest = match sealed.split_first() {
+            Some((&SEALED_UNDER_USER_KEY, rest)) => rest,
+            _ => return Err(CipherError::Invalid),
+        };
+        let (nonce, ciphertext) = rest.split_first_chunk::<NONCE_LEN>().ok_or(CipherError::Invalid)?;
+        let aad = associated_data(context);
+        self.cipher()
+            .decrypt(&Nonce::from(*nonce), Payload { msg: ciphertext, aad: &aad })
+            .map(Zeroizing::new)
+            .map_err(|_| CipherError::Invalid)
+    }
+
+    /// Whether `stored` was sealed under a user's data key (rather than under the keyring directly).
+    #[must_use]
+    pub fn is_sealed_under_user_key(stored: &[u8]) -> bool {
+        stored.first() == Some(&SEALED_UNDER_USER_KEY)
+    }
+
+    fn cipher(&self) -> Aes256Gcm {
+        Aes256Gcm::new(self.bytes().into())
     }
 
     fn generate() -> DataKey {
@@ -180,5 +248,40 @@ impl UserKeys {
             }
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_content_opens_only_under_its_key_and_for_its_row() {
+        let (key, other) = (DataKey::generate(), DataKey::generate());
+        let row = ["alice", "notification", "42"];
+        let sealed = key.seal(&row, b"your parcel arrives today").expect("seal");
+        assert!(DataKey::is_sealed_under_user_key(&sealed));
+        assert_eq!(key.open(&row, &sealed).expect("open").as_slice(), b"your parcel arrives today");
+        assert_ne!(key.seal(&row, b"your parcel arrives today").expect("seal"), sealed, "a fresh nonce each time");
+        assert!(!sealed.windows(6).any(|w| w == b"parcel"), "the text is not in the sealed bytes");
+        // Another user's key, another row, a changed byte, a cut: none opens.
+        assert_eq!(other.open(&row, &sealed), Err(CipherError::Invalid));
+        assert_eq!(key.open(&["alice", "notification", "43"], &sealed), Err(CipherError::Invalid));
+        assert_eq!(key.open(&["alicen", "otification", "42"], &sealed), Err(CipherError::Invalid));
+        let mut changed = sealed.clone();
+        *changed.last_mut().expect("bytes") ^= 1;
+        assert_eq!(key.open(&row, &changed), Err(CipherError::Invalid));
+        for cut in [0, 1, 13, sealed.len() - 1] {
+            assert_eq!(key.open(&row, &sealed[..cut]), Err(CipherError::Invalid), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_value_sealed_under_the_keyring_is_told_apart_by_its_first_byte() {
+        // The keyring's format starts with its key id's length, never zero.
+        let keyring_sealed = [2_u8, b'k', b'1', 0, 0, 0];
+        assert!(!DataKey::is_sealed_under_user_key(&keyring_sealed));
+        assert!(!DataKey::is_sealed_under_user_key(&[]));
+        assert_eq!(DataKey::generate().open(&["u"], &keyring_sealed), Err(CipherError::Invalid));
     }
 }
