@@ -78,6 +78,7 @@ pub fn on_store(services: &Services, store: PgStore) -> Services {
     Services {
         clock,
         oidc: services.oidc.clone(),
+        user_keys: services.user_keys.clone(),
         ..Services::over(
             Arc::new(store),
             Arc::clone(&services.registry),

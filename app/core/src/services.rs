@@ -12,6 +12,7 @@ use herald_ports::{
     LifecycleStore, PreferenceStore, ReadModels, ReviewStore, SessionStore, StatusEventStore, SubmissionStore,
 };
 
+use crate::user_keys::UserKeys;
 use crate::worker::{Worker, WorkerConfig};
 
 /// The ports of one Herald process, each wired to its adapter. Cheap to clone: every part is shared.
@@ -43,6 +44,9 @@ pub struct Services {
     pub test_send_quota: TestSendQuota,
     /// Console sign-in with the identity provider (`[operators.oidc]`), when configured.
     pub oidc: Option<Arc<crate::identity::OidcSignIn>>,
+    /// The users' data keys and their vault, when one is configured: the erasure destroys the user's key
+    /// first. `None` (the default): no vault.
+    pub user_keys: Option<UserKeys>,
 }
 
 impl Services {
@@ -87,7 +91,15 @@ impl Services {
             channels: Arc::new(channels),
             test_send_quota: TestSendQuota::default(),
             oidc: None,
+            user_keys: None,
         }
+    }
+
+    /// With the users' data keys and their vault.
+    #[must_use]
+    pub fn with_user_keys(mut self, keys: UserKeys) -> Services {
+        self.user_keys = Some(keys);
+        self
     }
 
     /// With another test-send quota (`[test_send]`).

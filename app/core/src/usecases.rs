@@ -1002,7 +1002,8 @@ pub fn erasure_target(user: &UserId) -> String {
 /// attempt may have been accepted; a parked one leaves the review queue), the destinations are destroyed,
 /// later submissions and preference changes for the user are refused (`StoreError::UserErased`, writing
 /// nothing). A call already in flight is not recalled: its outcome is recorded, and the claim that would
-/// retry it settles it instead. The erasure's record names the actor (`Actor::label`) and its audit event
+/// retry it settles it instead. When a user-key vault is configured, the user's data key is destroyed
+/// first, before the erasure's transaction. The erasure's record names the actor (`Actor::label`) and its audit event
 /// ([`AuditAction::EraseUser`], target [`erasure_target`]) is written in the same transaction. A second
 /// erasure changes nothing, writes no audit event and answers the first record.
 ///
@@ -1014,6 +1015,12 @@ pub async fn erase_user(
     user: &UserId,
 ) -> Result<herald_ports::Erasure, AccessError> {
     actor.require(Capability::EraseUsers)?;
+    // The user's data key goes first, in the vault (a database of its own, so not in the erasure's
+    // transaction): should the erasure below fail, the key is gone already and a retry finishes the
+    // erasure; never the other way round, an erased user whose key survives.
+    if let Some(keys) = &services.user_keys {
+        keys.destroy(user).await?;
+    }
     let now = services.clock.now().await?;
     let audit = NewAuditEvent {
         actor: actor.clone(),

@@ -156,3 +156,33 @@ async fn rotating_the_keyring_rewraps_the_user_keys_and_the_old_key_can_go() {
         assert_eq!(&after[user], original, "{user}: the same data key, only re-wrapped");
     }
 }
+
+/// With a vault, the erasure destroys the user's key first (another user's stays); a refused erasure
+/// destroys nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_erasure_destroys_the_users_key_first_and_a_refused_one_destroys_nothing() {
+    use herald_core::usecases::Actor;
+    use herald_domain::operators::{ActorKind, Role};
+    use herald_tests::world::{ClockMode, World};
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    let (_vault_db, vault) = vault().await;
+    let k1 = Keyring::generate_key();
+    let keys = UserKeys::new(Arc::new(vault.clone()), keyring(&[("k1", &k1)], "k1"));
+    let services = world.services().with_user_keys(keys.clone());
+    let (u1, u2) = (UserId::from("u1"), UserId::from("u2"));
+    let key2 = keys.key_for(&u2).await.expect("u2");
+    keys.key_for(&u1).await.expect("u1");
+
+    let viewer = Actor::new(ActorKind::Operator, "Li Wei", Role::Viewer);
+    assert!(herald_core::usecases::erase_user(&services, &viewer, &u1).await.is_err());
+    assert!(wrapped_of(&vault, "u1").await.is_some(), "a refused erasure destroys no key");
+
+    let admin = Actor::new(ActorKind::Operator, "Li Wei", Role::Admin);
+    let erased = herald_core::usecases::erase_user(&services, &admin, &u1).await.expect("erase");
+    assert!(erased.first);
+    assert!(wrapped_of(&vault, "u1").await.is_none(), "the erased user's key is destroyed");
+    assert!(matches!(keys.key_for(&u1).await, Err(KeyError::Vault(StoreError::UserErased))));
+    assert_eq!(keys.key_for(&u2).await.expect("u2"), key2, "another user's key is untouched");
+    // A repeat finds the key gone and the erasure recorded: it changes nothing.
+    assert!(!herald_core::usecases::erase_user(&services, &admin, &u1).await.expect("again").first);
+}

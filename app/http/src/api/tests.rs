@@ -88,6 +88,7 @@ impl Mocks {
             channels: Arc::new(ChannelTable(vec![(ChannelName::new("push"), rules())])),
             test_send_quota: herald_domain::TestSendQuota::default(),
             oidc: None,
+            user_keys: None,
         };
         ApiState {
             services,
