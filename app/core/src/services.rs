@@ -134,6 +134,7 @@ impl Services {
             Arc::clone(&self.clock),
             config,
         )
+        .with_user_keys(self.user_keys.clone())
     }
 }
 

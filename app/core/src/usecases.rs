@@ -675,21 +675,28 @@ pub async fn set_preference(
             return Err(PreferenceError::SubscriptionExpired);
         }
     }
+    let keys = services.user_keys.as_ref();
     let ciphertext = match destination {
         Some(new) => {
-            let same = stored.as_ref().is_some_and(|bytes| {
-                services
-                    .cipher
-                    .decrypt(user, channel, bytes)
-                    .is_ok_and(|old| old.expose_secret() == new.expose_secret())
-            });
+            let same = match stored.as_ref() {
+                Some(bytes) => {
+                    crate::user_keys::open_destination_now(keys, services.cipher.as_ref(), user, channel, bytes)
+                        .await
+                        .is_ok_and(|old| old.expose_secret() == new.expose_secret())
+                }
+                None => false,
+            };
             if same {
                 None
             } else {
-                Some(services.cipher.encrypt(user, channel, new).map_err(|error| {
-                    tracing::error!(%error, "destination could not be encrypted");
-                    PreferenceError::Encryption
-                })?)
+                match crate::user_keys::seal_destination(keys, services.cipher.as_ref(), user, channel, new).await {
+                    Ok(sealed) => Some(sealed),
+                    Err(crate::user_keys::KeyError::Vault(error)) => return Err(PreferenceError::Store(error)),
+                    Err(error) => {
+                        tracing::error!(%error, "destination could not be encrypted");
+                        return Err(PreferenceError::Encryption);
+                    }
+                }
             }
         }
         None => None,
@@ -806,7 +813,15 @@ pub async fn test_send(
         TestSendGrant::QuotaExceeded(wait) => return Err(TestSendError::QuotaExceeded(wait)),
         TestSendGrant::ChannelBusy(wait) => return Err(TestSendError::TooSoon(wait)),
     }
-    let destination = services.cipher.decrypt(user, channel, &stored).map_err(|error| {
+    let destination = crate::user_keys::open_destination_now(
+        services.user_keys.as_ref(),
+        services.cipher.as_ref(),
+        user,
+        channel,
+        &stored,
+    )
+    .await
+    .map_err(|error| {
         tracing::error!(%error, "test send: destination could not be decrypted");
         TestSendError::Undecryptable
     })?;
@@ -960,7 +975,11 @@ async fn rotate_rows(
         after = Some((last.user_id.clone(), last.channel.clone()));
         for row in &rows {
             report.examined += 1;
-            if !cipher.needs_rotation(&row.ciphertext) {
+            // A destination sealed under its user's data key is rotated by re-wrapping that key
+            // (`UserKeys::rewrap`), not here.
+            if crate::user_keys::DataKey::is_sealed_under_user_key(&row.ciphertext)
+                || !cipher.needs_rotation(&row.ciphertext)
+            {
                 continue;
             }
             let plain = match cipher.decrypt(&row.user_id, &row.channel, &row.ciphertext) {

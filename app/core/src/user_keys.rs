@@ -251,6 +251,69 @@ impl UserKeys {
     }
 }
 
+/// Seals a destination for the row `(user, channel)`: under the user's data key when there is a vault
+/// (`keys`; the key is made on first use), else under the keyring as before.
+///
+/// # Errors
+/// [`KeyError::Vault`] (with [`StoreError::UserErased`] for an erased user), a sealing failure.
+pub async fn seal_destination(
+    keys: Option<&UserKeys>,
+    keyring: &dyn DestinationCipher,
+    user: &UserId,
+    channel: &ChannelName,
+    plaintext: &SecretString,
+) -> Result<Vec<u8>, KeyError> {
+    match keys {
+        Some(keys) => {
+            let key = keys.key_for(user).await?;
+            Ok(key.seal(&[user.as_str(), channel.as_str()], plaintext.expose_secret().as_bytes())?)
+        }
+        None => Ok(keyring.encrypt(user, channel, plaintext)?),
+    }
+}
+
+/// Opens a stored destination of `(user, channel)` however it was sealed: under the user's data key
+/// (`key`, `None` when the user has none — destroyed, or no vault) or under the keyring directly (a row
+/// written before the vault, which stays readable).
+///
+/// # Errors
+/// [`CipherError::Invalid`] when the user's key is missing or the bytes do not open; the keyring's errors.
+pub fn open_destination(
+    key: Option<&DataKey>,
+    keyring: &dyn DestinationCipher,
+    user: &UserId,
+    channel: &ChannelName,
+    stored: &[u8],
+) -> Result<SecretString, CipherError> {
+    if !DataKey::is_sealed_under_user_key(stored) {
+        return keyring.decrypt(user, channel, stored);
+    }
+    let key = key.ok_or(CipherError::Invalid)?;
+    let plain = key.open(&[user.as_str(), channel.as_str()], stored)?;
+    let text = std::str::from_utf8(&plain).map_err(|_| CipherError::Invalid)?;
+    Ok(SecretString::from(text.to_owned()))
+}
+
+/// As [`open_destination`], reading the user's key from the vault when the bytes need it (one round trip).
+///
+/// # Errors
+/// As [`open_destination`]; [`KeyError::Vault`].
+pub async fn open_destination_now(
+    keys: Option<&UserKeys>,
+    keyring: &dyn DestinationCipher,
+    user: &UserId,
+    channel: &ChannelName,
+    stored: &[u8],
+) -> Result<SecretString, KeyError> {
+    let key = match keys {
+        Some(keys) if DataKey::is_sealed_under_user_key(stored) => {
+            keys.existing_keys(std::slice::from_ref(user)).await?.remove(user)
+        }
+        _ => None,
+    };
+    Ok(open_destination(key.as_ref(), keyring, user, channel, stored)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

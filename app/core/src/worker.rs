@@ -11,6 +11,7 @@
 //! the database is unavailable, and stops claiming at once on shutdown while the cycle in flight
 //! finishes — its calls end within the channel timeout, so every attempt it started is finished.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
 use herald_domain::classify::Classified;
 use herald_domain::{give_back, slot_kept, Action, IdempotencyKey, Jitter, Millis, Observation, TaskId, TaskState};
-use herald_domain::{Outcome, RetryPolicy, SlotWait, Timestamp};
+use herald_domain::{Outcome, RetryPolicy, SlotWait, Timestamp, UserId};
 use herald_ports::store::{ChannelTable, GiveBack};
 use herald_ports::{
     ChannelRegistry, ClaimRequest, ClaimedTask, Clock, DeliveryStore, DestinationCipher, FinishResult, OutboundMessage,
@@ -30,6 +31,7 @@ use tokio::sync::watch;
 use crate::finisher::{Finisher, PendingFinish};
 use crate::metrics;
 use crate::report::error_chain;
+use crate::user_keys::{open_destination, DataKey, UserKeys};
 
 /// Pause after a failed cycle: doubled per consecutive failure from 100 ms up to 10 s, with equal
 /// jitter so that many workers losing one database do not come back in lockstep. Independent of the
@@ -92,6 +94,8 @@ pub struct Worker {
     allow_lease_overlap: bool,
     /// Writes the observations of this worker's calls, batched.
     finisher: Finisher,
+    /// The users' data keys, when destinations may be sealed under them: read once per claimed batch.
+    user_keys: Option<UserKeys>,
 }
 
 /// What one claim handed to this worker.
@@ -111,6 +115,8 @@ struct Claim {
     full: bool,
     /// The earliest egress slot of a rate-limited channel with tasks due that the claim found taken.
     next_slot: Option<Timestamp>,
+    /// The data keys of the users whose destinations in this batch are sealed under one.
+    keys: Arc<HashMap<UserId, DataKey>>,
 }
 
 impl Claim {
@@ -142,7 +148,16 @@ impl Worker {
             cycles: AtomicU64::new(0),
             allow_lease_overlap: false,
             finisher,
+            user_keys: None,
         }
+    }
+
+    /// With the users' data keys: the destinations sealed under them are opened with the keys of a
+    /// claimed batch's users, read from the vault in one round trip per batch.
+    #[must_use]
+    pub fn with_user_keys(mut self, keys: Option<UserKeys>) -> Self {
+        self.user_keys = keys;
+        self
     }
 
     /// Lets this worker call even when the call could outlive its lease. Only for reproducing the
@@ -184,7 +199,10 @@ impl Worker {
         let claim = self.claim(self.config.batch).await?;
         let mut reports = claim.reports;
         let finished = join_all(
-            claim.tasks.into_iter().map(|task| self.call_and_finish(task, claim.clock_read, claim.claimed_at)),
+            claim
+                .tasks
+                .into_iter()
+                .map(|task| self.call_and_finish(task, claim.clock_read, claim.claimed_at, Arc::clone(&claim.keys))),
         )
         .await;
         for report in finished {
@@ -248,6 +266,7 @@ impl Worker {
         }
         reports.extend(batch.deferred.iter().map(|d| Report::Deferred(d.task_id)));
         let full = taken >= usize::try_from(limit).unwrap_or(usize::MAX);
+        let keys = Arc::new(self.batch_keys(&batch.claimed).await);
         Ok(Claim {
             reports,
             tasks: batch.claimed,
@@ -257,7 +276,34 @@ impl Worker {
             claimed_at,
             full,
             next_slot: batch.next_slot,
+            keys,
         })
+    }
+
+    /// The data keys of the users of `tasks` whose destination is sealed under one, in one vault round
+    /// trip (none when no destination needs one). A vault that fails leaves them out: those calls are
+    /// not made (a retryable refusal, nothing sent), never an uncertain attempt.
+    async fn batch_keys(&self, tasks: &[ClaimedTask]) -> HashMap<UserId, DataKey> {
+        let Some(keys) = &self.user_keys else { return HashMap::new() };
+        let mut users: Vec<UserId> = tasks
+            .iter()
+            .filter(|t| {
+                t.action == Action::Send && t.destination.as_deref().is_some_and(DataKey::is_sealed_under_user_key)
+            })
+            .map(|t| t.user_id.clone())
+            .collect();
+        if users.is_empty() {
+            return HashMap::new();
+        }
+        users.sort();
+        users.dedup();
+        match keys.existing_keys(&users).await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::error!(error = %error, "cannot read the users' data keys; their destinations are not called");
+                HashMap::new()
+            }
+        }
     }
 
     /// Runs cycles until nothing is left to do or `max_cycles` have run; returns every report.
@@ -330,7 +376,7 @@ impl Worker {
                         pacing.claimed(&claim, Instant::now());
                         let (clock_read, claimed_at) = (claim.clock_read, claim.claimed_at);
                         for task in claim.tasks {
-                            calls.push(self.call_and_finish(task, clock_read, claimed_at));
+                            calls.push(self.call_and_finish(task, clock_read, claimed_at, Arc::clone(&claim.keys)));
                         }
                     }
                     Err(error) => self.failed(&error, &mut pacing),
@@ -400,8 +446,9 @@ impl Worker {
         task: ClaimedTask,
         clock_read: Instant,
         claimed_at: Instant,
+        keys: Arc<HashMap<UserId, DataKey>>,
     ) -> Result<Report, StoreError> {
-        let Some(classified) = self.call(&task, clock_read).await else {
+        let Some(classified) = self.call(&task, clock_read, keys.get(&task.user_id)).await else {
             return self.give_back(&task).await;
         };
         let outcome = classified.observation.outcome();
@@ -518,7 +565,7 @@ impl Worker {
     /// called because too much has passed since `clock_read` — more than the channel's egress guard (the
     /// claim's egress reservation is only good for that long), or so much that the call could outlive
     /// the lease. The attempt is then given back.
-    async fn call(&self, task: &ClaimedTask, clock_read: Instant) -> Option<Classified> {
+    async fn call(&self, task: &ClaimedTask, clock_read: Instant, key: Option<&DataKey>) -> Option<Classified> {
         let Some(channel) = self.channels.get(&task.channel) else {
             // Only configured channels are claimed; a registry without it is a wiring bug. Nothing was sent.
             return Some(Classified {
@@ -537,7 +584,7 @@ impl Worker {
         let Some(stored) = task.destination.as_deref() else {
             return Some(Classified { observation: Observation::Rejected, detail: "no destination configured".into() });
         };
-        let destination = match self.cipher.decrypt(&task.user_id, &task.channel, stored) {
+        let destination = match open_destination(key, self.cipher.as_ref(), &task.user_id, &task.channel, stored) {
             Ok(destination) => destination,
             Err(error) => {
                 // Not sent. Retryable: loading the missing key fixes it.

@@ -186,3 +186,113 @@ async fn the_erasure_destroys_the_users_key_first_and_a_refused_one_destroys_not
     // A repeat finds the key gone and the erasure recorded: it changes nothing.
     assert!(!herald_core::usecases::erase_user(&services, &admin, &u1).await.expect("again").first);
 }
+
+/// The shredding test, for destinations (the one content sealed under the user keys so far): a copy of
+/// the data database taken before an erasure, restored after it into a fresh database and given to
+/// Herald's store and worker with the same vault and keyring, holds the erased user's destination rows —
+/// and they do not open, so nothing is sent to that user, while another user's open and are sent to.
+/// Before the erasure the worker delivered to both, and to a user whose destination was sealed under the
+/// keyring directly (written before the vault): such rows stay readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_taken_before_the_erasure_does_not_open_the_erased_users_destinations() {
+    use herald_core::usecases::Actor;
+    use herald_core::user_keys::{open_destination_now, seal_destination};
+    use herald_core::worker::WorkerConfig;
+    use herald_domain::operators::{ActorKind, Role};
+    use herald_domain::Millis;
+    use herald_ports::PreferenceStore;
+    use herald_tests::world::{ClockMode, World};
+    const HOUR: u64 = 3_600_000;
+    let world = World::new(ClockMode::Manual).await.expect("world");
+    let (_vault_db, vault) = vault().await;
+    let keyring = world.services().cipher;
+    let keys = UserKeys::new(Arc::new(vault), keyring.clone());
+    let services = world.services().with_user_keys(keys.clone());
+    let push = ChannelName::from("push");
+    for user in ["u1", "u2"] {
+        let secret = SecretString::from(World::destination(user, "push"));
+        let sealed =
+            seal_destination(Some(&keys), keyring.as_ref(), &UserId::from(user), &push, &secret).await.expect("seal");
+        assert!(herald_core::user_keys::DataKey::is_sealed_under_user_key(&sealed));
+        world.store.put(&UserId::from(user), &push, true, Some(sealed)).await.expect("put");
+    }
+    world.user("u3", &["push"]).await.expect("u3, sealed under the keyring directly");
+    let worker = |services: &herald_core::Services, id: &str| {
+        services.worker(WorkerConfig {
+            id: id.to_owned(),
+            lease: Millis(60_000),
+            batch: 8,
+            idle_poll: std::time::Duration::from_millis(20),
+        })
+    };
+    for user in ["u1", "u2", "u3"] {
+        world.submit(user, "e1", HOUR, None).await.expect("e1");
+    }
+    worker(&services, "w1").drain(10).await.expect("drain");
+    for user in ["u1", "u2", "u3"] {
+        assert_eq!(world.push.requests_to(&World::destination(user, "push")), 1, "{user} was sent to");
+    }
+    for user in ["u1", "u2"] {
+        world.submit(user, "e2", HOUR, None).await.expect("e2");
+    }
+
+    // The backup, taken now.
+    let url = world.db.url.split('?').next().expect("a URL").to_owned();
+    let out = std::process::Command::new("pg_dump").args(["--no-owner", &url]).output().expect("pg_dump runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dump = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(dump.contains("Event e2 for u1"), "the search works: the dump holds u1's rows");
+    assert!(!dump.contains(&World::destination("u1", "push")), "no destination in clear in the dump");
+
+    let admin = Actor::new(ActorKind::Operator, "Li Wei", Role::Admin);
+    herald_core::usecases::erase_user(&services, &admin, &UserId::from("u1")).await.expect("erase");
+
+    // Restored after the erasure into a fresh database.
+    let name = format!("{}_restored", world.db.name);
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(world.store.pool()).await.expect("create");
+    let restored_url = url.rsplit_once('/').map(|(server, _)| format!("{server}/{name}")).expect("url");
+    let mut psql = std::process::Command::new("psql")
+        .args(["-q", "-v", "ON_ERROR_STOP=1", "-d", &restored_url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("psql runs");
+    {
+        use std::io::Write as _;
+        psql.stdin.take().expect("stdin").write_all(dump.as_bytes()).expect("restore");
+    }
+    assert!(psql.wait().expect("psql").success(), "the dump restores");
+    let restored = Arc::new(herald_postgres::PgStore::connect(&restored_url, 5).await.expect("restored"));
+    let on_copy =
+        herald_core::Services::over(restored.clone(), world.registry.clone(), keyring.clone(), world.clock.clone())
+            .with_user_keys(keys.clone());
+
+    // The copy holds the erased user's destination row; it does not open. Another user's does.
+    let stored = |user: &str| {
+        let restored = restored.clone();
+        let user = UserId::from(user);
+        let push = push.clone();
+        async move { restored.destination(&user, &push).await.expect("prefs").expect("row") }
+    };
+    let u1_row = stored("u1").await;
+    assert!(open_destination_now(Some(&keys), keyring.as_ref(), &UserId::from("u1"), &push, &u1_row).await.is_err());
+    let u2_row = stored("u2").await;
+    let u2 =
+        open_destination_now(Some(&keys), keyring.as_ref(), &UserId::from("u2"), &push, &u2_row).await.expect("u2");
+    assert_eq!(secrecy::ExposeSecret::expose_secret(&u2), World::destination("u2", "push"));
+
+    // Herald over the copy: u2's pending notification goes out, u1's does not.
+    worker(&on_copy, "w2").drain(10).await.expect("drain the copy");
+    assert_eq!(world.push.requests_to(&World::destination("u2", "push")), 2, "u2's e2 was sent from the copy");
+    assert_eq!(world.push.requests_to(&World::destination("u1", "push")), 1, "nothing more reached u1");
+    let not_sent: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM delivery_task WHERE user_id = 'u1' AND state <> 'SENT' AND last_error LIKE 'not sent%'",
+    )
+    .fetch_one(restored.pool())
+    .await
+    .expect("count");
+    assert_eq!(not_sent, 1, "u1's task on the copy is recorded as not sent");
+    drop(on_copy);
+    restored.pool().close().await;
+    sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(world.store.pool()).await.expect("drop");
+}
