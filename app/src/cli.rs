@@ -384,6 +384,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await?;
             println!("{report}");
+            if let Some(keys) = &services.user_keys {
+                // The users' data keys are re-wrapped under the current key; what they seal is not touched.
+                let rewrap = keys.rewrap(batch).await.context("cannot re-wrap the users' data keys")?;
+                println!(
+                    "user data keys: {} examined, {} re-wrapped, {} changed concurrently, {} unreadable",
+                    rewrap.examined,
+                    rewrap.rewrapped,
+                    rewrap.skipped,
+                    rewrap.unreadable.len()
+                );
+                for row in &rewrap.unreadable {
+                    println!("  {row}");
+                }
+            }
             Ok(())
         }
         Command::Serve(args) => crate::service::serve(config, true, &args).await,

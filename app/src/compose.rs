@@ -20,6 +20,11 @@ use herald_postgres::PgStore;
 use secrecy::ExposeSecret as _;
 
 use crate::config::{Config, ConfigError, WorkerSettings};
+use herald_core::user_keys::UserKeys;
+
+/// Connections to the user-key vault: one read per claimed batch, one per submission that sets a
+/// destination, one per erasure.
+const VAULT_CONNECTIONS: u32 = 4;
 
 /// The services `command` needs, from configuration: the database (with a pool of its own for
 /// finishes when `workers` run in this process), the channels, the keys, the database clock. Returns
@@ -32,7 +37,8 @@ pub async fn services_from_config(
     command: &str,
     workers: bool,
 ) -> anyhow::Result<(PgStore, Services)> {
-    let keyring = config.require_keys(command)?.keyring()?;
+    let keys = config.require_keys(command)?;
+    let keyring: Arc<dyn herald_ports::DestinationCipher> = Arc::new(keys.keyring()?);
     let registry = herald_channels::registry::HttpChannelRegistry::from_configs_with_egress(
         &config.channels,
         &config.egress.egress(),
@@ -51,10 +57,17 @@ pub async fn services_from_config(
         store = store.with_finish_pool(url.expose_secret(), size).await.context("database.url")?;
     }
     let clock: Arc<dyn Clock> = Arc::new(store.clock());
-    let mut services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::new(keyring), clock)
+    let mut services = Services::over(Arc::new(store.clone()), Arc::new(registry), Arc::clone(&keyring), clock)
         .with_test_send_quota(config.test_send);
     if let Some(oidc) = &config.oidc {
         services = services.with_oidc(oidc_sign_in(oidc)?);
+    }
+    if let Some(url) = &keys.vault_database_url {
+        // The vault's own database: the data database's backups must never hold a user's key.
+        let vault = herald_postgres::PgVault::connect(url.expose_secret(), VAULT_CONNECTIONS)
+            .await
+            .context("keys.vault_database_url")?;
+        services = services.with_user_keys(UserKeys::new(Arc::new(vault), keyring));
     }
     Ok((store, services))
 }

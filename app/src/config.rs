@@ -161,6 +161,10 @@ pub struct KeysConfig {
     pub current: String,
     /// `(id, base64 of 32 bytes)`, in file order.
     pub keys: Vec<(String, SecretString)>,
+    /// `keys.vault_database_url` (or `_file`): the user-key vault's own database. When given, each
+    /// user's destinations are sealed under a data key of the user's, kept there, and the erasure destroys
+    /// it (crypto-shredding, README "Data lifecycle").
+    pub vault_database_url: Option<SecretString>,
 }
 
 impl KeysConfig {
@@ -1091,6 +1095,25 @@ fn resolve_keys(mut table: Dict, base: &Path) -> Result<KeysConfig> {
         Some(_) => return Err(ConfigError::new("keys.current", "must be a string (a key id)")),
         None => return Err(ConfigError::new("keys.current", "is required: the id of the key that encrypts")),
     };
+    let vault_database_url = match (table.remove("vault_database_url"), table.remove("vault_database_url_file")) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::new(
+                "keys.vault_database_url",
+                "is given both directly and as keys.vault_database_url_file",
+            ))
+        }
+        (Some(Value::String(_, url)), None) => Some(url),
+        (None, Some(Value::String(_, path))) => {
+            Some(read_secret_file("keys.vault_database_url_file", Path::new(&path), base)?)
+        }
+        (Some(_), None) => return Err(ConfigError::new("keys.vault_database_url", "must be a string (a URL)")),
+        (None, Some(_)) => return Err(ConfigError::new("keys.vault_database_url_file", "must be a string (a path)")),
+        (None, None) => None,
+    };
+    if let Some(url) = &vault_database_url {
+        check_database_url(url).map_err(|reason| ConfigError::new("keys.vault_database_url", reason))?;
+    }
+    let vault_database_url = vault_database_url.map(SecretString::from);
     let mut keys: Vec<(String, SecretString)> = Vec::new();
     for (name, value) in table {
         let Value::String(_, text) = value else {
@@ -1118,7 +1141,7 @@ fn resolve_keys(mut table: Dict, base: &Path) -> Result<KeysConfig> {
             format!("names `{current}`, which is not among the keys ({})", ids.join(", ")),
         ));
     }
-    let config = KeysConfig { current, keys };
+    let config = KeysConfig { current, keys, vault_database_url };
     config.keyring()?;
     Ok(config)
 }

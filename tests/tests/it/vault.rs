@@ -296,3 +296,48 @@ async fn a_copy_taken_before_the_erasure_does_not_open_the_erased_users_destinat
     restored.pool().close().await;
     sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(world.store.pool()).await.expect("drop");
 }
+
+/// `herald keys rotate` with `keys.vault_database_url` re-wraps every user's data key under the current
+/// key (the keys themselves, and so what they seal, unchanged); a vault URL that is not PostgreSQL's is
+/// refused naming the key, never quoting the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn herald_keys_rotate_rewraps_the_vaults_keys() {
+    let data = TestDb::fresh().await.expect("data");
+    let (vault_db, vault) = vault().await;
+    let (k1, k2) = (Keyring::generate_key(), Keyring::generate_key());
+    let vault: Arc<dyn UserKeyVault> = Arc::new(vault);
+    let before = UserKeys::new(vault.clone(), keyring(&[("k1", &k1)], "k1"));
+    let users: Vec<UserId> = (0..3).map(|i| UserId::new(format!("u{i}"))).collect();
+    let mut originals = Vec::new();
+    for user in &users {
+        originals.push(before.key_for(user).await.expect("key"));
+    }
+    let herald = |vault_url: &str| {
+        std::process::Command::new(herald_tests::bins::binary("herald"))
+            .args(["keys", "rotate"])
+            .env_remove("HERALD_CONFIG")
+            .env("HERALD__DATABASE__URL", &data.url)
+            .env("HERALD__KEYS__CURRENT", "k2")
+            .env("HERALD__KEYS__K1", secrecy::ExposeSecret::expose_secret(&k1))
+            .env("HERALD__KEYS__K2", secrecy::ExposeSecret::expose_secret(&k2))
+            .env("HERALD__KEYS__VAULT_DATABASE_URL", vault_url)
+            .output()
+            .expect("herald runs")
+    };
+    let refused = herald("mysql://secret-host/vault");
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(text.contains("keys.vault_database_url") && !text.contains("secret-host"), "{text}");
+
+    let out = herald(&vault_db.url);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("user data keys: 3 examined, 3 re-wrapped"), "{text}");
+    for row in vault.get_many(&users).await.expect("rows") {
+        assert_eq!(Keyring::key_id_of(&row.wrapped).expect("sealed"), "k2", "{}", row.user);
+    }
+    let after = UserKeys::new(vault, keyring(&[("k2", &k2)], "k2")).existing_keys(&users).await.expect("k2 only");
+    for (user, original) in users.iter().zip(&originals) {
+        assert_eq!(&after[user], original, "{user}");
+    }
+}
