@@ -82,9 +82,8 @@ impl DataKey {
     /// [`CipherError::Invalid`] when they are not such bytes, were changed, belong to another row or
     /// were sealed under another user's key.
     pub fn open(&self, context: &[&str], sealed: &[u8]) -> Result<Zeroizing<Vec<u8>>, CipherError> {
-        let rest = match sealed.split_first() {
-            Some((&SEALED_UNDER_USER_KEY, rest)) => rest,
-            _ => return Err(CipherError::Invalid),
+        let Some((&SEALED_UNDER_USER_KEY, rest)) = sealed.split_first() else {
+            return Err(CipherError::Invalid);
         };
         let (nonce, ciphertext) = rest.split_first_chunk::<NONCE_LEN>().ok_or(CipherError::Invalid)?;
         let aad = associated_data(context);

@@ -13,6 +13,9 @@ use herald_postgres::PgVault;
 use herald_tests::db::TestDb;
 use secrecy::SecretString;
 
+/// A vault row as copied: digest, user id, wrapped key.
+type VaultRow = (Vec<u8>, Option<String>, Option<Vec<u8>>);
+
 fn keyring(keys: &[(&str, &SecretString)], current: &str) -> Arc<Keyring> {
     Arc::new(Keyring::new(keys.iter().map(|(id, key)| ((*id).to_owned(), (*key).clone())), current).expect("keyring"))
 }
@@ -86,11 +89,10 @@ async fn a_users_key_is_made_once_kept_wrapped_in_the_vault_and_destroyed_for_go
     // A backup of the vault, taken now (before the erasure).
     let copy_db = TestDb::fresh().await.expect("database");
     let copy = PgVault::connect(&copy_db.url, 2).await.expect("copy");
-    let rows: Vec<(Vec<u8>, Option<String>, Option<Vec<u8>>)> =
-        sqlx::query_as("SELECT user_digest, user_id, wrapped FROM herald_user_key")
-            .fetch_all(vault.pool())
-            .await
-            .expect("rows");
+    let rows: Vec<VaultRow> = sqlx::query_as("SELECT user_digest, user_id, wrapped FROM herald_user_key")
+        .fetch_all(vault.pool())
+        .await
+        .expect("rows");
     for (digest, user, wrapped) in rows {
         sqlx::query("INSERT INTO herald_user_key (user_digest, user_id, wrapped) VALUES ($1, $2, $3)")
             .bind(digest)
@@ -104,7 +106,7 @@ async fn a_users_key_is_made_once_kept_wrapped_in_the_vault_and_destroyed_for_go
     // Destroyed: for good, in every process, and never made again.
     assert!(keys.destroy(&u1).await.expect("destroy"), "a key was destroyed now");
     assert!(!keys.destroy(&u1).await.expect("again"), "a second destruction finds nothing");
-    assert!(!keys_elsewhere.existing_keys(&[u1.clone()]).await.expect("batch").contains_key(&u1));
+    assert!(!keys_elsewhere.existing_keys(std::slice::from_ref(&u1)).await.expect("batch").contains_key(&u1));
     assert!(matches!(keys.key_for(&u1).await, Err(KeyError::Vault(StoreError::UserErased))), "no new key for u1");
     assert_eq!(keys.key_for(&UserId::from("u2")).await.expect("u2"), key2, "another user keeps theirs");
     let left: (Option<String>, Option<Vec<u8>>) = sqlx::query_as(
@@ -124,7 +126,7 @@ async fn a_users_key_is_made_once_kept_wrapped_in_the_vault_and_destroyed_for_go
     // The limit, shown: the vault's own backup from before the destruction still unwraps the key. This is
     // why the vault's backups must be kept no longer than the content boundary (README "Data lifecycle").
     let restored = UserKeys::new(Arc::new(copy), ring);
-    assert_eq!(restored.existing_keys(&[u1.clone()]).await.expect("copy")[&u1], key1);
+    assert_eq!(restored.existing_keys(std::slice::from_ref(&u1)).await.expect("copy")[&u1], key1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
