@@ -198,8 +198,8 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
     // Erased: the user's erasure settles the task before any claim.
     world.user("u3", &["push"]).await?;
     let erased = world.submit("u3", "erased", HOUR, None).await?;
-    herald_core::usecases::erase_user(&services, &herald_core::usecases::Actor::command_line("test"), &"u3".into())
-        .await?;
+    let eraser = herald_core::usecases::Actor::command_line("test");
+    herald_core::usecases::erase_user(&services, &eraser, &"u3".into()).await?;
     expected.insert(public(&erased), words(&["notification.suppressed/1/erased"]));
 
     // Erased while the outcome of a call was unknown and a resend with the same key was scheduled (not
@@ -210,7 +210,7 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
     worker.run_once().await?;
     let task = world.task(erased_unknown.notification_id, erased_unknown.tasks[0].task_id).await?;
     assert!(task.state == TaskState::Unknown && !task.needs_review, "due again, not parked: {task:?}");
-    herald_core::usecases::erase_user(&services, &"u4".into(), "test").await?;
+    herald_core::usecases::erase_user(&services, &eraser, &"u4".into()).await?;
     expected.insert(public(&erased_unknown), words(&["notification.suppressed/2/erased_outcome_unknown"]));
 
     // Erased while parked.
@@ -221,7 +221,7 @@ async fn the_reference_runs_produce_exactly_the_documented_events() -> anyhow::R
     world.advance(LATER);
     worker.run_once().await?;
     assert!(world.task(erased_parked.notification_id, erased_parked.tasks[0].task_id).await?.needs_review);
-    herald_core::usecases::erase_user(&services, &"u5".into(), "test").await?;
+    herald_core::usecases::erase_user(&services, &eraser, &"u5".into()).await?;
     expected.insert(
         public(&erased_parked),
         words(&["notification.parked/1", "notification.suppressed/2/erased_outcome_unknown"]),
