@@ -9,6 +9,7 @@
 #   scripts/soak.sh --plant finish-without-token              # a planted bug: must show the damage
 #   scripts/soak.sh --plant refusal-after-uncertainty-failed  # (exits non-zero when it does)
 #   scripts/soak.sh --plant claim-ignores-erasure             # (issue 42)
+#   scripts/soak.sh --plant status-without-refused            # (issue 46)
 #   scripts/soak.sh soak-control [PLANT]   # the negative control: a planted run must fail, and say why
 #
 # Other options go to the driver (tests/src/bin/herald-soak.rs): --workers K, --seed N.
@@ -29,13 +30,20 @@ if [[ "${1:-}" == "soak-control" ]]; then
     #    sends (or a state that contradicts the stand-in);
     #  * claim-ignores-erasure (issue 42): the claim reads every user as not erased -> a task in flight at
     #    its user's erasure that comes back for a retry is decided as if the user were there: its
-    #    destination is destroyed, so it is parked for a person (or, were one left, called again).
+    #    destination is destroyed, so it is parked for a person (or, were one left, called again);
+    #  * status-without-refused (issue 46): the status subscription leaves out `refused` -> refused tasks
+    #    whose event never arrives.
     plant="refusal-after-uncertainty-failed"
+    detail='^check '
     if [[ $# -gt 0 && "$1" != --* ]]; then plant="$1"; shift; fi
     case "$plant" in
         refusal-after-uncertainty-failed) expect='FAILED or SUPPRESSED although the stand-in accepted it' ;;
         finish-without-token) expect='(real duplicate sends of one task|FAILED or SUPPRESSED although the stand-in accepted it|SENT automatically with no real acceptance at the stand-in)' ;;
         claim-ignores-erasure) expect='(no call for an erased user after its erasure committed|erased users: tasks parked for a person after the erasure)' ;;
+        status-without-refused)
+            expect='status events: settled tasks without the event of their outcome'
+            # Missing for the reason planted, not for another.
+            detail='^soak: status events missing, by the event expected: .*refused=[1-9]' ;;
         *) log "unknown plant: $plant"; exit 2 ;;
     esac
     out="$(mktemp)"
@@ -46,7 +54,7 @@ if [[ "${1:-}" == "soak-control" ]]; then
     set -e
     # The control's own summary is prefixed above ("control | soak: …"), so the last `soak:` summary of
     # a CI log is the real soak's.
-    if [[ $rc -ne 0 ]] && grep -Eq "^check ${expect} .*VIOLATION\$" "$out"; then
+    if [[ $rc -ne 0 ]] && grep -Eq "^check ${expect} .*VIOLATION\$" "$out" && grep -Eq "$detail" "$out"; then
         echo "soak-control: the planted bug ($plant) was seen: exit $rc and a VIOLATION in the ledger"
         echo "soak-control: 1 passed, 0 failed"
         exit 0
@@ -60,6 +68,11 @@ export HERALD_PG_BASE="${HERALD_PG_BASE:-/var/tmp/herald-soak-pg}"
 export HERALD_PG_FIRST_PORT="${HERALD_PG_FIRST_PORT:-5540}"
 
 log "building herald and herald-soak"
+# The status events' receiver is the Python peer verifying with `standardwebhooks`.
+if [[ -z "${HERALD_PYTHON:-}" ]]; then
+    HERALD_PYTHON="$(scripts/ensure-python-peers.sh 2>/dev/null | tail -n 1)"
+    export HERALD_PYTHON
+fi
 cargo build -q -p herald-app -p herald-tests --bin herald --bin herald-soak
 
 url="$(DATABASE_URL='' scripts/ensure-postgres.sh --private </dev/null | tail -n 1)"

@@ -68,6 +68,7 @@ use herald_ports::store::GiveBack;
 use herald_ports::{ClaimBatch, ClaimRequest, FinishRecord, FinishResult, StoreError};
 use herald_postgres::PgStore;
 use herald_standin::{Chaos, Kind, SmtpStandIn, StandIn, WebPushService};
+use herald_tests::peers::status::{StatusReceiver, TEST_SECRET};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
@@ -128,6 +129,10 @@ const PURGE_SLACK: Duration = Duration::from_secs(10);
 const SIZE_EVERY: Duration = Duration::from_secs(2);
 /// At most this many of the regular users are erased in a run (the others keep the traffic going).
 const MAX_ERASED: usize = 8;
+/// Every kind of status event; the run's subscription asks for all of them.
+const STATUS_KINDS: [&str; 7] = ["accepted", "refused", "parked", "resolved", "sent_again", "suppressed", "expired"];
+/// How long the ledger waits for the dispatchers to post every event written.
+const STATUS_DRAIN: Duration = Duration::from_secs(30);
 
 // ------------------------------------------------------------------------------------------ options
 
@@ -141,6 +146,9 @@ enum Plant {
     /// Issue 42: the claim reads every user as not erased, so a task of an erased user that was in a
     /// holder's hands at the erasure and comes back for a retry is handed to its channel again.
     ClaimIgnoresErasure,
+    /// Issue 46: the status subscription leaves out `refused` (Herald's own workers run): the events the
+    /// ledger expects for refused tasks never arrive.
+    StatusWithoutRefused,
 }
 
 impl Plant {
@@ -149,8 +157,10 @@ impl Plant {
             "finish-without-token" => Ok(Plant::FinishWithoutToken),
             "refusal-after-uncertainty-failed" => Ok(Plant::RefusalAfterUncertaintyFailed),
             "claim-ignores-erasure" => Ok(Plant::ClaimIgnoresErasure),
+            "status-without-refused" => Ok(Plant::StatusWithoutRefused),
             _ => bail!(
-                "unknown plant {name}: finish-without-token | refusal-after-uncertainty-failed | claim-ignores-erasure"
+                "unknown plant {name}: finish-without-token | refusal-after-uncertainty-failed | claim-ignores-erasure \
+                 | status-without-refused"
             ),
         }
     }
@@ -160,7 +170,14 @@ impl Plant {
             Plant::FinishWithoutToken => "finish-without-token",
             Plant::RefusalAfterUncertaintyFailed => "refusal-after-uncertainty-failed",
             Plant::ClaimIgnoresErasure => "claim-ignores-erasure",
+            Plant::StatusWithoutRefused => "status-without-refused",
         }
+    }
+
+    /// Whether the plant lives in the workers' store (they run as `planted-worker`); the others change
+    /// only the configuration.
+    fn in_store(self) -> bool {
+        self != Plant::StatusWithoutRefused
     }
 }
 
@@ -330,7 +347,21 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn config_text(db_url: &str, listen: u16, secrets: &Secrets, standins: &StandIns, concurrency: u32) -> String {
+/// The status subscription of the run: the receiver's URL, the secret's file and the kinds asked for.
+struct StatusSubscription {
+    url: String,
+    secret_file: PathBuf,
+    kinds: Vec<&'static str>,
+}
+
+fn config_text(
+    db_url: &str,
+    listen: u16,
+    secrets: &Secrets,
+    standins: &StandIns,
+    status: &StatusSubscription,
+    concurrency: u32,
+) -> String {
     let channel = |name: &str, kind: &str, url: String, extra: &str| {
         format!(
             "[[channel]]\nname = \"{name}\"\nkind = \"{kind}\"\nurl = \"{url}\"\ntimeout_ms = {TIMEOUT_MS}\n\
@@ -387,6 +418,14 @@ fn config_text(db_url: &str, listen: u16, secrets: &Secrets, standins: &StandIns
         "miaotixing",
         standins.slow.base_url(),
         &format!("min_interval_ms = {}\negress_guard_ms = {}", SLOW_INTERVAL.as_millis(), SLOW_GUARD.as_millis()),
+    );
+    let kinds: Vec<String> = status.kinds.iter().map(|k| format!("\"{k}\"")).collect();
+    text += &format!(
+        "[[status_subscription]]\nname = \"soak\"\nurl = \"{}\"\nsecret_file = \"{}\"\nevents = [{}]\n\
+         allow_loopback_endpoint = true\n\n[status_events]\nretry_base_ms = 100\nretry_cap_ms = 1000\nmax_posts = 40\n\n",
+        status.url,
+        status.secret_file.display(),
+        kinds.join(", ")
     );
     text
 }
@@ -1078,8 +1117,17 @@ async fn soak(options: &Options) -> anyhow::Result<Tally> {
         vapid_key: VapidKey::generate().0,
     };
     let port = free_port()?;
+    // The status events' receiver: the Python peer verifying every post with `standardwebhooks`.
+    let receiver = StatusReceiver::start(TEST_SECRET).await.context("the status events' receiver")?;
+    let secret_file = options.workdir.join("status.secret");
+    write_private(&secret_file, TEST_SECRET)?;
+    let mut kinds = STATUS_KINDS.to_vec();
+    if options.plant == Some(Plant::StatusWithoutRefused) {
+        kinds.retain(|k| *k != "refused");
+    }
+    let status = StatusSubscription { url: receiver.url(), secret_file, kinds };
     let config = options.workdir.join("herald.toml");
-    write_private(&config, &config_text(&db_url, port, &secrets, &standins, 16))?;
+    write_private(&config, &config_text(&db_url, port, &secrets, &standins, &status, 16))?;
     let migrate = Command::new(&options.herald)
         .arg("--config")
         .arg(&config)
@@ -1095,11 +1143,11 @@ async fn soak(options: &Options) -> anyhow::Result<Tally> {
         soak: std::env::current_exe()?,
         workdir: options.workdir.clone(),
         config: config.clone(),
-        plant: options.plant,
+        plant: options.plant.filter(|p| p.in_store()),
         procs: Vec::new(),
         started: 0,
     };
-    let outcome = run_phases(options, &run, &database, &standins, &secrets, port, &mut fleet, started).await;
+    let outcome = run_phases(options, &run, &database, &standins, &secrets, port, &mut fleet, &receiver, started).await;
     fleet.stop_all().await;
     standins.shutdown().await;
     let tally = outcome?;
@@ -1124,6 +1172,7 @@ async fn run_phases(
     secrets: &Secrets,
     port: u16,
     fleet: &mut Fleet,
+    receiver: &StatusReceiver,
     started: Instant,
 ) -> anyhow::Result<Tally> {
     let pool = connect(&options.admin_url, database, 3).await?;
@@ -1333,6 +1382,7 @@ async fn run_phases(
     let stops = faults.long_stop_spans.lock().expect("lock").clone();
     let mut report = build_ledger(&api, &pool, standins, &ledger, &stops, &erased).await?;
     report.sizes = sizes;
+    report.status = status_ledger(&pool, receiver).await?;
     Ok(print_ledger(&report, &ledger, &faults, standins))
 }
 
@@ -1401,6 +1451,7 @@ struct Report {
     calls_after_erasure: Vec<String>,
     parked_after_erasure: Vec<String>,
     sizes: Vec<SizeSample>,
+    status: StatusReport,
 }
 
 /// [`frozen_between_check_and_send`] for an `sms` task (queryable, no key: the stand-in's requests carry
@@ -1886,6 +1937,227 @@ async fn calls_after_erasure(
 /// second, about `R × W` rows, whatever the length of the run; `delivery_attempt` at most `max_attempts`
 /// plus two (the claim's settlement, the erasure's) times that. The checks above are that bound's premise,
 /// measured: no row of a notification past the window is left at any sample.
+/// What the status events' receiver got, judged against what happened (issue 46).
+#[derive(Default)]
+struct StatusReport {
+    /// Events still unposted (neither delivered nor parked) when the wait for the dispatchers ended.
+    undrained: i64,
+    /// Posts received, distinct `webhook-id`s, posts of an id already received (at-least-once: counted).
+    posts: usize,
+    events: usize,
+    redelivered: usize,
+    /// Posts `standardwebhooks` refused, or whose payload could not be read.
+    unverified: Vec<String>,
+    /// Settled tasks whose last event does not tell their final state.
+    missing: Vec<String>,
+    /// The same, counted by the event the task should have told.
+    missing_kinds: BTreeMap<String, usize>,
+    /// Events for what did not happen: no such task, a final event not matching the task's final state or
+    /// followed by another, a `sent_again` for no such call.
+    phantom: Vec<String>,
+}
+
+/// One task as the database (and the soak's copy of purged rows) ends it.
+struct FinalTask {
+    task_id: i64,
+    state: String,
+    parked: bool,
+    last_attempt_no: i32,
+    last_outcome: Option<String>,
+    /// Attempt numbers of the task's SEND attempts.
+    sends: HashSet<i32>,
+}
+
+impl FinalTask {
+    /// The (kind, reason or decision) the task's last state event must tell, `None` while unsettled. As
+    /// README "Status events" and the outbox trigger (migration 0031) document it.
+    fn expected(&self) -> Option<(&'static str, Option<&'static str>)> {
+        let outcome = self.last_outcome.as_deref().unwrap_or("");
+        let manual = outcome.starts_with("MANUAL");
+        Some(match self.state.as_str() {
+            _ if self.parked => ("parked", None),
+            _ if outcome == "USER_ERASED" => {
+                ("suppressed", Some(if self.state == "SUPPRESSED" { "erased" } else { "erased_outcome_unknown" }))
+            }
+            "SENT" if manual => ("resolved", Some("marked_sent")),
+            "SENT" => ("accepted", None),
+            "FAILED" if manual => ("resolved", Some("marked_not_sent")),
+            "FAILED" if outcome == "TTL_EXPIRED" => ("expired", None),
+            "FAILED" if outcome == "REJECTED" => ("refused", Some("rejected")),
+            "FAILED" => ("refused", Some("attempts_exhausted")),
+            "SUPPRESSED" => ("suppressed", Some("preference_off")),
+            _ => return None,
+        })
+    }
+}
+
+/// One received event of a delivery: `sequence`, kind, reason or decision, attempt.
+type Told = (i64, String, Option<String>, i64);
+
+/// A state event ends its delivery's story unless it is `parked` or a `send_again` decision.
+fn is_final(kind: &str, reason: Option<&str>) -> bool {
+    !matches!((kind, reason), ("sent_again" | "parked", _) | ("resolved", Some("send_again")))
+}
+
+/// The status-event ledger: waits (bounded) until the dispatchers posted every event written, then judges
+/// the receiver's posts, deduplicated by `webhook-id`, against every task's final state.
+#[allow(clippy::too_many_lines)]
+async fn status_ledger(pool: &PgPool, receiver: &StatusReceiver) -> anyhow::Result<StatusReport> {
+    let mut report = StatusReport::default();
+    let drain_by = Instant::now() + STATUS_DRAIN;
+    loop {
+        let pending: Option<i64> = db_query_retry(|| {
+            sqlx::query_scalar("SELECT count(*) FROM status_event WHERE delivered_at IS NULL AND parked_at IS NULL")
+                .fetch_one(pool)
+        })
+        .await;
+        report.undrained = pending.unwrap_or(-1);
+        if report.undrained == 0 || Instant::now() >= drain_by {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // A post acknowledged just now may still be on its way into the receiver's log.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let rows = sqlx::query(
+        "SELECT n.public_id::text, t.channel, t.id, t.state, herald_task_parked(t.state, t.needs_review, t.next_attempt_at), \
+                t.last_attempt_no, \
+                (SELECT a.outcome FROM soak_all_delivery_attempt a \
+                  WHERE a.user_id = t.user_id AND a.task_id = t.id AND a.attempt_no = t.last_attempt_no LIMIT 1), \
+                ARRAY(SELECT a.attempt_no FROM soak_all_delivery_attempt a \
+                       WHERE a.user_id = t.user_id AND a.task_id = t.id AND a.action = 'SEND') \
+           FROM soak_all_delivery_task t JOIN soak_all_notification n ON n.user_id = t.user_id AND n.id = t.notification_id",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut tasks: HashMap<(String, String), FinalTask> = HashMap::new();
+    for row in rows {
+        let sends: Vec<i32> = row.get(7);
+        tasks.insert(
+            (row.get(0), row.get(1)),
+            FinalTask {
+                task_id: row.get(2),
+                state: row.get(3),
+                parked: row.get(4),
+                last_attempt_no: row.get(5),
+                last_outcome: row.get(6),
+                sends: sends.into_iter().collect(),
+            },
+        );
+    }
+
+    // The events, once each, per delivery, in `sequence` order.
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut per_task: HashMap<(String, String), Vec<Told>> = HashMap::new();
+    for record in receiver.records() {
+        report.posts += 1;
+        let id = record["id"].as_str().unwrap_or_default().to_owned();
+        let payload = &record["payload"];
+        let data = &payload["data"];
+        let (Some(kind), Some(notification), Some(channel), Some(sequence), Some(attempt)) = (
+            payload["type"].as_str().and_then(|t| t.strip_prefix("notification.")),
+            data["notification_id"].as_str(),
+            data["channel"].as_str(),
+            data["sequence"].as_i64(),
+            data["attempt"].as_i64(),
+        ) else {
+            report.unverified.push(format!(
+                "post {id}: verified {} error {}",
+                record["verified"],
+                record["error"].as_str().unwrap_or("unreadable payload")
+            ));
+            continue;
+        };
+        if record["verified"].as_bool() != Some(true) {
+            report.unverified.push(format!("post {id}: {}", record["error"].as_str().unwrap_or("not verified")));
+            continue;
+        }
+        if !seen.insert(id) {
+            report.redelivered += 1;
+            continue;
+        }
+        let reason = data["reason"].as_str().or_else(|| data["decision"].as_str()).map(str::to_owned);
+        per_task.entry((notification.to_owned(), channel.to_owned())).or_default().push((
+            sequence,
+            kind.to_owned(),
+            reason,
+            attempt,
+        ));
+    }
+    report.events = seen.len();
+
+    for (key, events) in &mut per_task {
+        events.sort_by_key(|e| e.0);
+        let Some(task) = tasks.get(key) else {
+            report.phantom.push(format!(
+                "{} event(s) for notification {} on {}: no such task",
+                events.len(),
+                key.0,
+                key.1
+            ));
+            continue;
+        };
+        let states: Vec<&Told> = events.iter().filter(|e| e.1 != "sent_again").collect();
+        for (_, kind, _, attempt) in events.iter() {
+            if kind == "sent_again" {
+                let call = i32::try_from(*attempt).ok().filter(|n| *n > 1 && task.sends.contains(n));
+                if call.is_none() {
+                    report
+                        .phantom
+                        .push(format!("task {}: sent_again for attempt {attempt}, no such call", task.task_id));
+                }
+            }
+        }
+        for (i, (_, kind, reason, _)) in states.iter().enumerate() {
+            if is_final(kind, reason.as_deref()) && i + 1 < states.len() {
+                report.phantom.push(format!(
+                    "task {} ({}): {kind} followed by {}",
+                    task.task_id,
+                    task.state,
+                    states[i + 1].1
+                ));
+            }
+        }
+        if let Some((_, kind, reason, _)) = states.last() {
+            if is_final(kind, reason.as_deref())
+                && task.expected().is_some_and(|(k, r)| k != kind || r != reason.as_deref())
+            {
+                report.phantom.push(format!(
+                    "task {} ({}, last outcome {}): {kind} {} tells what did not happen",
+                    task.task_id,
+                    task.state,
+                    task.last_outcome.as_deref().unwrap_or("-"),
+                    reason.as_deref().unwrap_or("")
+                ));
+            }
+        }
+    }
+    for (key, task) in &tasks {
+        let Some((kind, reason)) = task.expected() else { continue };
+        let last = per_task.get(key).and_then(|events| events.iter().rfind(|e| e.1 != "sent_again"));
+        let told = last.is_some_and(|(_, k, r, attempt)| {
+            k == kind && r.as_deref() == reason && *attempt == i64::from(task.last_attempt_no)
+        });
+        if !told {
+            *report.missing_kinds.entry(kind.to_owned()).or_default() += 1;
+            report.missing.push(format!(
+                "task {} ({}{}, last outcome {}): expected {kind} {}, last event {}",
+                task.task_id,
+                task.state,
+                if task.parked { ", parked" } else { "" },
+                task.last_outcome.as_deref().unwrap_or("-"),
+                reason.unwrap_or(""),
+                last.map_or("none".to_owned(), |(_, k, r, a)| format!(
+                    "{k} {} (attempt {a})",
+                    r.as_deref().unwrap_or("")
+                ))
+            ));
+        }
+    }
+    Ok(report)
+}
+
 fn print_sizes(sizes: &[SizeSample], purged: usize) {
     let (Some(first), Some(last)) = (sizes.first(), sizes.last()) else { return };
     let span = (last.at.saturating_sub(first.at)).as_secs_f64().max(1.0);
@@ -2070,6 +2342,34 @@ fn print_ledger(report: &Report, ledger: &Ledger, faults: &Faults, standins: &St
         report.egress_violations == 0,
         &[],
     );
+    let status = &report.status;
+    println!(
+        "soak: status events: posts {} distinct webhook-ids {} redelivered (counted, not a violation) {} | \
+         unposted after the wait {}",
+        status.posts, status.events, status.redelivered, status.undrained
+    );
+    check(
+        "status events: posts standardwebhooks refused or unreadable",
+        status.unverified.len().to_string(),
+        status.unverified.is_empty(),
+        &status.unverified,
+    );
+    check(
+        "status events: settled tasks without the event of their outcome",
+        status.missing.len().to_string(),
+        status.missing.is_empty() && status.undrained == 0 && status.events > 0,
+        &status.missing,
+    );
+    if !status.missing_kinds.is_empty() {
+        let kinds: Vec<String> = status.missing_kinds.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        println!("soak: status events missing, by the event expected: {}", kinds.join(" "));
+    }
+    check(
+        "status events: events for what did not happen",
+        status.phantom.len().to_string(),
+        status.phantom.is_empty(),
+        &status.phantom,
+    );
     println!(
         "soak: faults: worker kills {} | stops {} (longer than the lease {}) | connections terminated {} | \
          PostgreSQL restarts {} | herald processes that died by themselves {}",
@@ -2105,7 +2405,7 @@ impl DeliveryStore for PlantedStore {
 
     async fn finish(&self, record: &FinishRecord) -> Result<FinishResult, StoreError> {
         match self.plant {
-            Plant::ClaimIgnoresErasure => self.inner.finish(record).await,
+            Plant::ClaimIgnoresErasure | Plant::StatusWithoutRefused => self.inner.finish(record).await,
             Plant::FinishWithoutToken => {
                 herald_postgres::negative::finish_by_id_only(&self.pg, record).await?;
                 Ok(FinishResult::Applied)
@@ -2188,7 +2488,12 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all, ["digest", "mail", "miao", "push", "slow", "sms", "webpush"]);
-        for plant in [Plant::FinishWithoutToken, Plant::RefusalAfterUncertaintyFailed, Plant::ClaimIgnoresErasure] {
+        for plant in [
+            Plant::FinishWithoutToken,
+            Plant::RefusalAfterUncertaintyFailed,
+            Plant::ClaimIgnoresErasure,
+            Plant::StatusWithoutRefused,
+        ] {
             assert_eq!(Plant::parse(plant.name()).ok(), Some(plant));
         }
     }
