@@ -38,6 +38,7 @@ struct Mocks {
     inbox: MockInboxStore,
     reads: MockReadModels,
     prefs: MockPreferenceStore,
+    lifecycle: herald_ports::store::MockLifecycleStore,
     cipher: MockDestinationCipher,
     clock: MockClock,
 }
@@ -77,7 +78,7 @@ impl Mocks {
             review: Arc::new(self.review),
             inbox: Arc::new(self.inbox),
             reads: Arc::new(self.reads),
-            lifecycle: Arc::new(herald_ports::store::MockLifecycleStore::new()),
+            lifecycle: Arc::new(self.lifecycle),
             prefs: Arc::new(self.prefs),
             sessions: Arc::new(herald_ports::sessions::MockSessionStore::new()),
             status: Arc::new(herald_ports::status::MockStatusEventStore::new()),
@@ -569,6 +570,8 @@ async fn store_failures_are_opaque_500s() {
 #[tokio::test]
 async fn inbox_words_and_in_app_only() {
     let mut mocks = Mocks::default();
+    // An erased user's inbox answers 410; alice is not erased.
+    mocks.lifecycle.expect_erasure().times(1).returning(|_| Ok(None));
     // The default page is 50 items; the page is read one past it, to know whether a next one exists.
     mocks.inbox.expect_inbox_page().times(1).returning(|_, cursor, limit| {
         assert_eq!((cursor, limit), (None, 51));
