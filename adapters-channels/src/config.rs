@@ -14,7 +14,10 @@ use herald_domain::{ChannelContract, ChannelKind, ChannelRules, DigestRule, Mill
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-use crate::kinds::KindEntry;
+pub use crate::kinds::email::SmtpTls;
+pub use crate::kinds::webpush::Urgency;
+use crate::kinds::{KindEntry, KindSettings, Registered};
+pub use crate::settings::RawSettings;
 
 /// Default client timeout for one call.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
@@ -34,10 +37,13 @@ pub const PRIVATE_DEFAULT_TEXT: &str = "You have a new update — open the app t
 /// The e-mail subject when none is configured.
 pub const EMAIL_DEFAULT_SUBJECT: &str = "New notification";
 
-/// One configured external channel.
+/// One configured external channel: the keys every kind shares, and `settings`, the kind's own.
+///
+/// As read from the file, `S` is [`RawSettings`] (the table's other keys, as given: a [`ChannelEntry`]);
+/// [`ChannelEntry::into_config`] hands them to the kind, whose own type reads them
+/// ([`crate::kinds::Kind::Settings`]), and the result is a `ChannelConfig` with [`KindSettings`].
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChannelConfig {
+pub struct ChannelConfig<S = KindSettings> {
     /// The name used in preferences and tasks.
     pub name: String,
     /// What the console calls the channel (users' and operators' pages); absent means the `name`. Any
@@ -47,8 +53,9 @@ pub struct ChannelConfig {
     /// One of [`crate::kinds::KINDS`], by its name.
     #[serde(deserialize_with = "deserialize_kind")]
     pub kind: ChannelKind,
-    /// Base URL; the adapter appends its path (`/send`, `/messages`, `/trigger`). Not used by `email` (which
-    /// has `host` and `port`) nor `webpush` (whose endpoint is each user's subscription).
+    /// Base URL; the adapter appends its path (`/send`, `/messages`, `/trigger`). Only kinds with
+    /// `USES_URL` read it (not `email`, which has `host` and `port`, nor `webpush`, whose endpoint is each
+    /// user's subscription).
     #[serde(default)]
     pub url: String,
     #[serde(default = "default_timeout_ms")]
@@ -84,95 +91,60 @@ pub struct ChannelConfig {
     /// the clear, so `herald serve`/`worker` refuse it unless this says the operator means it.
     #[serde(default)]
     pub allow_plain_http: bool,
-    /// `email` and `webpush`: send the notification body when no `text` is configured. Off by default: these
-    /// channels get [`PRIVATE_DEFAULT_TEXT`] unless the operator says otherwise.
-    #[serde(default)]
-    pub send_body: bool,
-    /// `email` and `webpush`: what may be done after an unknown outcome — park (default), or the kind's
-    /// partial resend (`resend_same_message_id`, `resend_same_topic`); see [`OnUnknown`].
+    /// What may be done after an unknown outcome — park (default), or the kind's partial resend (`email`:
+    /// `resend_same_message_id`, `webpush`: `resend_same_topic`); see [`OnUnknown`].
     #[serde(default)]
     pub on_unknown: OnUnknown,
-    /// `email`: the SMTP server's host name or address.
-    #[serde(default)]
-    pub host: Option<String>,
-    /// `email`: absent means 587 for `starttls`, 465 for `implicit`, 25 for `none`.
-    #[serde(default)]
-    pub port: Option<u16>,
-    /// `email`: `starttls` (default), `implicit`, or `none` (loopback hosts only).
-    #[serde(default)]
-    pub tls: Option<SmtpTls>,
-    /// `email`: the AUTH user; needs `password` or `password_file`.
-    #[serde(default)]
-    pub username: Option<String>,
-    #[serde(default)]
-    pub password: Option<ConfigSecret>,
-    /// A file holding the password (one line; surrounding whitespace trimmed). Read when the channel is
-    /// built; a configuration file's relative path is taken from that file's folder (`herald`'s loader
-    /// makes it absolute).
-    #[serde(default)]
-    pub password_file: Option<PathBuf>,
-    /// `email`: a PEM file of certificate authorities trusted besides the web's roots (a private relay
-    /// signed by an internal CA). Read when the channel is built; relative paths as for `password_file`.
-    #[serde(default)]
-    pub tls_ca_file: Option<PathBuf>,
-    /// `email`: the sender address (`MAIL FROM` and `From:`); its domain is the `Message-ID`'s right part.
-    #[serde(default)]
-    pub from: Option<String>,
-    /// `email`: the subject; absent means [`EMAIL_DEFAULT_SUBJECT`]. A fixed text: never the body.
-    #[serde(default)]
-    pub subject: Option<String>,
-    /// `webpush`: the VAPID private key, base64url of the 32-byte P-256 scalar (`herald keys vapid`).
-    #[serde(default)]
-    pub vapid_private_key: Option<ConfigSecret>,
-    /// A file holding the VAPID private key; relative paths as for `password_file`.
-    #[serde(default)]
-    pub vapid_private_key_file: Option<PathBuf>,
-    /// `webpush`: the VAPID `sub` claim, a `mailto:` or `https:` contact for the push services.
-    #[serde(default)]
-    pub vapid_subject: Option<String>,
-    /// `webpush`: the `Urgency` header (RFC 8030 §5.3): `very-low`, `low`, `normal` (default) or `high`.
-    #[serde(default)]
-    pub urgency: Option<Urgency>,
-    /// `webpush`: also send to plain-http endpoints on a loopback host (a local push-service stand-in).
-    /// Off by default: an endpoint comes from a user, and Herald must not be made to post to the services of
-    /// its own machine.
-    #[serde(default)]
-    pub allow_loopback_endpoints: bool,
+    /// The kind's own settings, declared in its module.
+    #[serde(flatten)]
+    pub settings: S,
 }
 
-/// `tls = "…"` of an `email` channel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SmtpTls {
-    /// Plain connect, then `STARTTLS` (required: a server that does not offer it is not used).
-    Starttls,
-    /// TLS from the first byte (SMTPS).
-    Implicit,
-    /// No TLS at all: allowed only for a loopback host (a local relay or a test server).
-    None,
-}
+/// A `[[channel]]` table as read, before its kind has read its own keys.
+pub type ChannelEntry = ChannelConfig<RawSettings>;
 
-/// `urgency = "…"` of a `webpush` channel (RFC 8030 §5.3).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Urgency {
-    VeryLow,
-    Low,
-    #[default]
-    Normal,
-    High,
-}
-
-impl Urgency {
-    /// The header value.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Urgency::VeryLow => "very-low",
-            Urgency::Low => "low",
-            Urgency::Normal => "normal",
-            Urgency::High => "high",
-        }
+impl ChannelEntry {
+    /// Hands the keys that are not shared to the entry's kind, which reads them into its own settings.
+    ///
+    /// # Errors
+    /// A key the kind does not have (named, with the kinds that have it), or a value that does not fit.
+    pub fn into_config(self) -> Result<ChannelConfig, ConfigError> {
+        let entry = crate::kinds::entry(self.kind)
+            .ok_or_else(|| ConfigError::new(&self.name, "kind", "is not a kind this build knows"))?;
+        let settings = (entry.parse)(self.settings).map_err(|error| {
+            let key = error.key.unwrap_or_default();
+            let readers: Vec<&str> = crate::kinds::KINDS
+                .iter()
+                .filter(|other| other.kind != self.kind && (other.has_key)(&key))
+                .map(|other| other.kind.name())
+                .collect();
+            let reason = if readers.is_empty() {
+                error.reason
+            } else {
+                format!("is only used by {} channels", readers.join(" and "))
+            };
+            ConfigError::new(&self.name, &key, reason)
+        })?;
+        Ok(ChannelConfig {
+            name: self.name,
+            display_name: self.display_name,
+            kind: self.kind,
+            url: self.url,
+            timeout_ms: self.timeout_ms,
+            max_attempts: self.max_attempts,
+            retry_base_ms: self.retry_base_ms,
+            retry_cap_ms: self.retry_cap_ms,
+            refusal_5xx: self.refusal_5xx,
+            query_consistency: self.query_consistency,
+            min_interval_ms: self.min_interval_ms,
+            egress_guard_ms: self.egress_guard_ms,
+            digest: self.digest,
+            text: self.text,
+            max_response_bytes: self.max_response_bytes,
+            allow_plain_http: self.allow_plain_http,
+            on_unknown: self.on_unknown,
+            settings,
+        })
     }
 }
 
@@ -344,23 +316,19 @@ impl ChannelConfig {
             text: None,
             max_response_bytes: None,
             allow_plain_http: false,
-            send_body: false,
             on_unknown: OnUnknown::Park,
-            host: None,
-            port: None,
-            tls: None,
-            username: None,
-            password: None,
-            password_file: None,
-            tls_ca_file: None,
-            from: None,
-            subject: None,
-            vapid_private_key: None,
-            vapid_private_key_file: None,
-            vapid_subject: None,
-            urgency: None,
-            allow_loopback_endpoints: false,
+            settings: crate::kinds::entry(kind).map_or(KindSettings::Unknown, |entry| (entry.default_settings)()),
         }
+    }
+
+    /// A channel of kind `K` with these settings of its own and every shared key at its default.
+    #[must_use]
+    pub fn with_settings<K: Registered>(
+        name: impl Into<String>,
+        url: impl Into<String>,
+        settings: K::Settings,
+    ) -> Self {
+        ChannelConfig { settings: K::wrap(settings), ..ChannelConfig::new(name, K::KIND, url) }
     }
 
     /// Whether this channel sends destinations in the clear over a network: an `http://` URL to a host
@@ -449,29 +417,27 @@ impl ChannelConfig {
             .ok_or_else(|| ConfigError::new(&self.name, "kind", "is not a kind this build knows"))
     }
 
-    /// The settings only some kinds have: refused on the others (naming the kinds that read them), then
-    /// checked by the entry's kind.
+    /// The kind's own settings, checked by its module; and `on_unknown`, which only some kinds allow.
     fn validate_kind_settings(&self) -> Result<(), ConfigError> {
-        let name = self.name.as_str();
-        let entry = self.entry()?;
         if !self.on_unknown.fits(self.kind) {
             return Err(ConfigError::new(
-                name,
+                &self.name,
                 "on_unknown",
                 "is not available for this kind (email: resend_same_message_id; webpush: resend_same_topic)",
             ));
         }
-        for (key, given) in self.kind_keys() {
-            if given && !entry.keys.contains(&key) {
-                let readers: Vec<&str> = crate::kinds::KINDS
-                    .iter()
-                    .filter(|other| other.keys.contains(&key))
-                    .map(|other| other.kind.name())
-                    .collect();
-                return Err(ConfigError::new(name, key, format!("is only used by {} channels", readers.join(" and "))));
-            }
-        }
-        (entry.check_config)(self)
+        (self.entry()?.check_config)(self)
+    }
+
+    /// The settings of kind `K`, if this entry is of that kind.
+    #[must_use]
+    pub fn settings_of<K: Registered>(&self) -> Option<&K::Settings> {
+        K::pick(&self.settings)
+    }
+
+    /// The settings of kind `K` to change, if this entry is of that kind.
+    pub fn settings_mut<K: Registered>(&mut self) -> Option<&mut K::Settings> {
+        K::pick_mut(&mut self.settings)
     }
 
     /// What a process serving a network refuses of this entry: its kind's rules (a placeholder secret, a
@@ -493,56 +459,13 @@ impl ChannelConfig {
         Ok(())
     }
 
-    /// Each kind-specific key (those a kind lists in its `KEYS`), and whether this entry gives it.
-    fn kind_keys(&self) -> [(&'static str, bool); 15] {
-        [
-            ("send_body", self.send_body),
-            ("host", self.host.is_some()),
-            ("port", self.port.is_some()),
-            ("tls", self.tls.is_some()),
-            ("username", self.username.is_some()),
-            ("password", self.password.is_some()),
-            ("password_file", self.password_file.is_some()),
-            ("tls_ca_file", self.tls_ca_file.is_some()),
-            ("from", self.from.is_some()),
-            ("subject", self.subject.is_some()),
-            ("vapid_private_key", self.vapid_private_key.is_some()),
-            ("vapid_private_key_file", self.vapid_private_key_file.is_some()),
-            ("vapid_subject", self.vapid_subject.is_some()),
-            ("urgency", self.urgency.is_some()),
-            ("allow_loopback_endpoints", self.allow_loopback_endpoints),
-        ]
-    }
-
-    /// The files this entry names that its kind reads when it is built (its `FILES`), so that a loader
+    /// The files this entry's kind reads when it is built (as its module declares them), so that a loader
     /// can take a relative path from the configuration file's folder.
     pub fn files_mut(&mut self) -> Vec<&mut PathBuf> {
-        let files = crate::kinds::entry(self.kind).map_or(&[][..], |entry| entry.files);
-        [
-            ("password_file", &mut self.password_file),
-            ("tls_ca_file", &mut self.tls_ca_file),
-            ("vapid_private_key_file", &mut self.vapid_private_key_file),
-        ]
-        .into_iter()
-        .filter(|(key, _)| files.contains(key))
-        .filter_map(|(_, path)| path.as_mut())
-        .collect()
-    }
-
-    /// The effective `tls` of an `email` channel: the configured one, else `starttls`.
-    #[must_use]
-    pub fn tls(&self) -> SmtpTls {
-        self.tls.unwrap_or(SmtpTls::Starttls)
-    }
-
-    /// The effective SMTP port: the configured one, else the usual one for [`ChannelConfig::tls`].
-    #[must_use]
-    pub fn port(&self) -> u16 {
-        self.port.unwrap_or(match self.tls() {
-            SmtpTls::Starttls => 587,
-            SmtpTls::Implicit => 465,
-            SmtpTls::None => 25,
-        })
+        match crate::kinds::entry(self.kind) {
+            Some(entry) => (entry.files)(&mut self.settings),
+            None => Vec::new(),
+        }
     }
 
     /// The effective egress interval: the configured one, else the kind's default (10 s for Miaotixing,
@@ -560,15 +483,14 @@ impl ChannelConfig {
         self.egress_guard_ms.unwrap_or_else(|| default_guard(Millis(self.min_interval_ms())).0)
     }
 
-    /// The effective privacy-safe text: the configured one, else a fixed text for Miaotixing, e-mail and
-    /// Web Push (third parties that have no business reading bodies; the latter two send the body only
-    /// with `send_body = true`) and none (send the body) otherwise.
+    /// The effective privacy-safe text: the configured one, else the kind's default for its settings (a
+    /// fixed text for Miaotixing, and for e-mail and Web Push unless `send_body = true`: third parties
+    /// that have no business reading bodies) and none (send the body) otherwise.
     #[must_use]
     pub fn text(&self) -> Option<&str> {
         match &self.text {
             Some(text) => Some(text),
-            None if self.send_body => None,
-            None => crate::kinds::entry(self.kind).and_then(|entry| entry.default_text),
+            None => crate::kinds::entry(self.kind).and_then(|entry| (entry.default_text)(&self.settings)),
         }
     }
 
@@ -609,11 +531,18 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> ChannelConfig {
-        toml::from_str(text).expect("a channel entry")
+        toml::from_str::<ChannelEntry>(text).expect("a channel entry").into_config().expect("its kind's keys")
     }
 
     fn refused(text: &str) -> ConfigError {
-        parse(text).validate().expect_err("refused")
+        match toml::from_str::<ChannelEntry>(text).expect("a channel entry").into_config() {
+            Ok(config) => config.validate().expect_err("refused"),
+            Err(error) => error,
+        }
+    }
+
+    fn email(config: &ChannelConfig) -> &crate::kinds::email::EmailSettings {
+        config.settings_of::<crate::kinds::email::Email>().expect("an email entry")
     }
 
     const EMAIL: &str = r#"
@@ -634,11 +563,11 @@ mod tests {
     fn an_email_entry_has_starttls_on_587_and_the_private_text_by_default() {
         let config = parse(EMAIL);
         config.validate().expect("valid");
-        assert_eq!((config.tls(), config.port()), (SmtpTls::Starttls, 587));
+        assert_eq!((email(&config).tls(), email(&config).port()), (SmtpTls::Starttls, 587));
         assert_eq!(config.text(), Some(PRIVATE_DEFAULT_TEXT));
         assert_eq!(config.rules().contract.capability, herald_domain::Capability::Neither);
         let implicit = parse(&format!("{EMAIL}\ntls = \"implicit\""));
-        assert_eq!(implicit.port(), 465);
+        assert_eq!(email(&implicit).port(), 465);
     }
 
     #[test]
@@ -664,7 +593,7 @@ mod tests {
         assert_eq!(key(&format!("{EMAIL}\nurgency = \"high\"")), "channel.mail.urgency");
         let local = parse(&EMAIL.replace("smtp.example.org", "127.0.0.1").replace("from", "tls = \"none\"\nfrom"));
         local.validate().expect("none is fine on loopback");
-        assert_eq!(local.port(), 25);
+        assert_eq!(email(&local).port(), 25);
     }
 
     #[test]
@@ -686,7 +615,11 @@ mod tests {
         let debug = format!("{config:?} {push:?}");
         assert!(!debug.contains("s3cr3t-pw") && !debug.contains("MDEyMzQ1"), "{debug}");
         assert_eq!(
-            parse(&format!("{EMAIL}\npassword = 123456\nusername = \"u\"")).password.expect("pw").expose(),
+            email(&parse(&format!("{EMAIL}\npassword = 123456\nusername = \"u\"")))
+                .password
+                .as_ref()
+                .expect("pw")
+                .expose(),
             "123456"
         );
     }

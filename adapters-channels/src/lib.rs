@@ -10,6 +10,7 @@ pub mod egress;
 mod http;
 pub mod kinds;
 pub mod registry;
+pub mod settings;
 pub mod status;
 
 pub use registry::{ConfiguredChannel, HttpChannel, HttpChannelRegistry};

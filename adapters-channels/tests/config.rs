@@ -1,16 +1,18 @@
 //! `[[channel]]` entries as the application parses them (SPEC §12): defaults, unknown keys, validation.
 
-use herald_channels::config::{ChannelConfig, ConfigError, DigestSetting, MIAOTIXING_DEFAULT_TEXT};
+use herald_channels::config::{ChannelConfig, ChannelEntry, ConfigError, DigestSetting, MIAOTIXING_DEFAULT_TEXT};
 use herald_domain::{Capability, ChannelKind, DigestRule, Millis, Policy, QueryConsistency, RefusalProof};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
 struct File {
-    channel: Vec<ChannelConfig>,
+    channel: Vec<ChannelEntry>,
 }
 
-fn parse(toml_text: &str) -> Result<Vec<ChannelConfig>, toml::de::Error> {
-    toml::from_str::<File>(toml_text).map(|file| file.channel)
+/// The entries of `toml_text`, each read by its kind; the error of the first that fails, as text.
+fn parse(toml_text: &str) -> Result<Vec<ChannelConfig>, String> {
+    let file = toml::from_str::<File>(toml_text).map_err(|error| error.to_string())?;
+    file.channel.into_iter().map(|entry| entry.into_config().map_err(|error| error.to_string())).collect()
 }
 
 fn one(toml_text: &str) -> ChannelConfig {
@@ -96,10 +98,10 @@ fn query_consistency_takes_a_delay_and_digest_a_window() {
 fn unknown_keys_are_refused() {
     let err = parse("[[channel]]\nname = \"push\"\nkind = \"webhook\"\nurl = \"http://h\"\npolicy = \"unsafe\"\n")
         .expect_err("policy is not a setting");
-    assert!(err.to_string().contains("policy"), "{err}");
+    assert!(err.contains("policy"), "{err}");
     let err = parse("[[channel]]\nname = \"p\"\nkind = \"webhook\"\nurl = \"http://h\"\ndigest = { per_day = 1 }\n")
         .expect_err("unknown digest key");
-    assert!(err.to_string().contains("per_day"), "{err}");
+    assert!(err.contains("per_day"), "{err}");
     assert!(parse("[[channel]]\nname = \"p\"\nkind = \"carrier_pigeon\"\nurl = \"http://h\"\n").is_err());
 }
 

@@ -521,9 +521,9 @@ mod egress_guard {
 
     use herald_channels::config::{ChannelConfig, ConfigSecret};
     use herald_channels::egress::{Cidr, Egress, Lookup};
-    use herald_channels::kinds::webpush::{VapidKey, WebpushChannel};
+    use herald_channels::kinds::webpush::{VapidKey, Webpush, WebpushChannel, WebpushSettings};
     use herald_domain::classify::EGRESS_REFUSED;
-    use herald_domain::{ChannelKind, Observation};
+    use herald_domain::Observation;
     use herald_ports::Channel;
     use herald_standin::InternalService;
     use secrecy::SecretString;
@@ -558,9 +558,15 @@ mod egress_guard {
     }
 
     fn channel(egress: &Egress) -> WebpushChannel {
-        let mut config = ChannelConfig::new("browser", ChannelKind::Webpush, "");
-        config.vapid_private_key = Some(ConfigSecret::new(VapidKey::generate().0));
-        config.vapid_subject = Some("mailto:ops@example.org".into());
+        let mut config = ChannelConfig::with_settings::<Webpush>(
+            "browser",
+            "",
+            WebpushSettings {
+                vapid_private_key: Some(ConfigSecret::new(VapidKey::generate().0)),
+                vapid_subject: Some("mailto:ops@example.org".into()),
+                ..WebpushSettings::default()
+            },
+        );
         config.timeout_ms = 1_000;
         WebpushChannel::with_egress(&config, egress).expect("valid channel")
     }

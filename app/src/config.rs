@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 
 use figment::value::{Dict, Value};
 use herald_channels::cipher::Keyring;
-use herald_channels::config::ChannelConfig;
+use herald_channels::config::{ChannelConfig, ChannelEntry};
 use secrecy::{ExposeSecret, SecretString};
 
 use herald_core::auth::{valid_key_id, UserTokenKey, LEGACY_USER_KEY_ID};
@@ -1364,8 +1364,12 @@ impl RawConfig {
                 Some(name) => format!("channel.{name}"),
                 None => format!("channel[{i}]"),
             };
-            let mut channel =
-                ChannelConfig::deserialize(&entry).map_err(|error| sources::decoding_error(&error, &label))?;
+            // The shared keys are decoded here (figment names the key of a value that does not fit); the
+            // kind reads the rest into its own settings, naming the key it refuses.
+            let mut channel = ChannelEntry::deserialize(&entry)
+                .map_err(|error| sources::decoding_error(&error, &label))?
+                .into_config()
+                .map_err(|error| ConfigError::new(error.key, error.reason))?;
             // Like every other `…_file`, a relative path is taken from the configuration file's folder; the
             // channel's kind says which of its keys name files.
             for path in channel.files_mut() {

@@ -415,8 +415,9 @@ fn mail_push_leaks(haystack: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planted_email_and_webpush_destinations_appear_in_no_log_error_response_or_row() -> anyhow::Result<()> {
     use herald_channels::config::{ChannelConfig, ConfigSecret, SmtpTls};
+    use herald_channels::kinds::email::{Email, EmailSettings};
     use herald_channels::kinds::webpush::VapidKey;
-    use herald_domain::ChannelKind;
+    use herald_channels::kinds::webpush::{Webpush, WebpushSettings};
     use herald_standin::{Script, WebPushService};
     use herald_tests::peers::smtp::SmtpPeer;
 
@@ -427,16 +428,28 @@ async fn planted_email_and_webpush_destinations_appear_in_no_log_error_response_
     let smtp = SmtpPeer::start("accept,rcpt:550,delay:3").await?;
     let push = WebPushService::start().await?;
     push.script([Script::Ok, Script::status(410), Script::HangAfterAccept]);
-    let mut mail = ChannelConfig::new("mail", ChannelKind::Email, "");
-    mail.host = Some("127.0.0.1".into());
-    mail.port = Some(smtp.port());
-    mail.tls = Some(SmtpTls::None);
-    mail.from = Some("herald@notify.example.org".into());
+    let mut mail = ChannelConfig::with_settings::<Email>(
+        "mail",
+        "",
+        EmailSettings {
+            host: Some("127.0.0.1".into()),
+            port: Some(smtp.port()),
+            tls: Some(SmtpTls::None),
+            from: Some("herald@notify.example.org".into()),
+            ..EmailSettings::default()
+        },
+    );
     mail.timeout_ms = 1_000;
-    let mut webpush = ChannelConfig::new("webpush", ChannelKind::Webpush, "");
-    webpush.vapid_private_key = Some(ConfigSecret::new(VapidKey::generate().0));
-    webpush.vapid_subject = Some("mailto:ops@notify.example.org".into());
-    webpush.allow_loopback_endpoints = true;
+    let mut webpush = ChannelConfig::with_settings::<Webpush>(
+        "webpush",
+        "",
+        WebpushSettings {
+            vapid_private_key: Some(ConfigSecret::new(VapidKey::generate().0)),
+            vapid_subject: Some("mailto:ops@notify.example.org".into()),
+            allow_loopback_endpoints: true,
+            ..WebpushSettings::default()
+        },
+    );
     webpush.timeout_ms = 1_000;
     let world = World::with(ClockMode::Database, |configs| configs.extend([mail, webpush])).await?;
 

@@ -22,6 +22,7 @@
 //! a detail, and no `lettre::Error` is formatted (its `Display` quotes the server's reply).
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,14 +37,84 @@ use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
 use lettre::transport::smtp::extension::ClientId;
 use lettre::Address;
 use secrecy::ExposeSecret;
+use serde::Deserialize;
 use tokio::time::{timeout_at, Instant};
 
 use super::{ChannelBase, Kind, KindChannel};
-use crate::config::{is_loopback, ChannelConfig, ConfigError, SmtpTls, EMAIL_DEFAULT_SUBJECT, PRIVATE_DEFAULT_TEXT};
+use crate::config::{is_loopback, ChannelConfig, ConfigError, ConfigSecret, EMAIL_DEFAULT_SUBJECT, PRIVATE_DEFAULT_TEXT};
 use crate::egress::Egress;
 
 /// Longest accepted address (RFC 5321 §4.5.3.1: a path is at most 256 octets including the brackets).
 pub const MAX_ADDRESS_LEN: usize = 254;
+
+/// The keys of an `email` channel's `[[channel]]` table besides the shared ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmailSettings {
+    /// The SMTP server's host name or address.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Absent means 587 for `starttls`, 465 for `implicit`, 25 for `none`.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// `starttls` (default), `implicit`, or `none` (loopback hosts only).
+    #[serde(default)]
+    pub tls: Option<SmtpTls>,
+    /// The AUTH user; needs `password` or `password_file`.
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<ConfigSecret>,
+    /// A file holding the password (one line; surrounding whitespace trimmed). Read when the channel is
+    /// built; a configuration file's relative path is taken from that file's folder (`herald`'s loader
+    /// makes it absolute, see [`Kind::files`]).
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// A PEM file of certificate authorities trusted besides the web's roots (a private relay signed by
+    /// an internal CA). Read when the channel is built; relative paths as for `password_file`.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// The sender address (`MAIL FROM` and `From:`); its domain is the `Message-ID`'s right part.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// The subject; absent means [`EMAIL_DEFAULT_SUBJECT`]. A fixed text: never the body.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Send the notification body when no `text` is configured. Off by default: the channel gets
+    /// [`PRIVATE_DEFAULT_TEXT`] unless the operator says otherwise.
+    #[serde(default)]
+    pub send_body: bool,
+}
+
+impl EmailSettings {
+    /// The effective `tls`: the configured one, else `starttls`.
+    #[must_use]
+    pub fn tls(&self) -> SmtpTls {
+        self.tls.unwrap_or(SmtpTls::Starttls)
+    }
+
+    /// The effective SMTP port: the configured one, else the usual one for [`EmailSettings::tls`].
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(match self.tls() {
+            SmtpTls::Starttls => 587,
+            SmtpTls::Implicit => 465,
+            SmtpTls::None => 25,
+        })
+    }
+}
+
+/// `tls = "…"` of an `email` channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SmtpTls {
+    /// Plain connect, then `STARTTLS` (required: a server that does not offer it is not used).
+    Starttls,
+    /// TLS from the first byte (SMTPS).
+    Implicit,
+    /// No TLS at all: allowed only for a loopback host (a local relay or a test server).
+    None,
+}
 
 /// One configured e-mail channel.
 pub type EmailChannel = KindChannel<Email>;
@@ -82,8 +153,8 @@ pub fn check_address(destination: &str) -> Result<Address, &'static str> {
 
 impl Email {
     /// Reads the password and the CA file of a checked entry, if any.
-    fn read(config: &ChannelConfig) -> Result<Self, ConfigError> {
-        let name = config.name.as_str();
+    fn read(entry: &ChannelConfig, config: &EmailSettings) -> Result<Self, ConfigError> {
+        let name = entry.name.as_str();
         let host = config.host.clone().unwrap_or_default().trim().to_owned();
         let from: Address = config
             .from
@@ -120,7 +191,7 @@ impl Email {
             credentials,
             from,
             subject: config.subject.clone().unwrap_or_else(|| EMAIL_DEFAULT_SUBJECT.to_owned()),
-            timeout: Duration::from_millis(config.timeout_ms),
+            timeout: Duration::from_millis(entry.timeout_ms),
         })
     }
 
@@ -271,23 +342,18 @@ impl Kind for Email {
     const KIND: ChannelKind = ChannelKind::Email;
     const ADAPTER: &'static str = "EmailChannel";
     const USES_URL: bool = false;
-    const KEYS: &'static [&'static str] = &[
-        "send_body",
-        "host",
-        "port",
-        "tls",
-        "username",
-        "password",
-        "password_file",
-        "tls_ca_file",
-        "from",
-        "subject",
-    ];
-    const FILES: &'static [&'static str] = &["password_file", "tls_ca_file"];
-    const DEFAULT_TEXT: Option<&'static str> = Some(PRIVATE_DEFAULT_TEXT);
+    type Settings = EmailSettings;
 
-    fn check_config(config: &ChannelConfig) -> Result<(), ConfigError> {
-        let err = |key: &str, reason: &str| Err(ConfigError::new(&config.name, key, reason));
+    fn files(settings: &mut EmailSettings) -> Vec<&mut PathBuf> {
+        [&mut settings.password_file, &mut settings.tls_ca_file].into_iter().filter_map(Option::as_mut).collect()
+    }
+
+    fn default_text(settings: &EmailSettings) -> Option<&'static str> {
+        (!settings.send_body).then_some(PRIVATE_DEFAULT_TEXT)
+    }
+
+    fn check_config(entry: &ChannelConfig, config: &EmailSettings) -> Result<(), ConfigError> {
+        let err = |key: &str, reason: &str| Err(ConfigError::new(&entry.name, key, reason));
         let Some(host) = config.host.as_deref().filter(|host| !host.trim().is_empty()) else {
             return err("host", "is required for an email channel");
         };
@@ -320,13 +386,14 @@ impl Kind for Email {
 
     /// A password that is still a placeholder.
     fn check_production(
-        config: &ChannelConfig,
+        entry: &ChannelConfig,
+        config: &EmailSettings,
         placeholder: fn(&str) -> bool,
         _stand_ins: bool,
     ) -> Result<(), ConfigError> {
         if config.password.as_ref().is_some_and(|password| placeholder(password.expose())) {
             return Err(ConfigError::new(
-                &config.name,
+                &entry.name,
                 "password",
                 "is a placeholder: give the SMTP server's real password (or password_file)",
             ));
@@ -335,8 +402,8 @@ impl Kind for Email {
     }
 
     /// Reads the password and the CA file, if any.
-    fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
-        Email::read(config)
+    fn build(entry: &ChannelConfig, config: &EmailSettings, _egress: &Egress) -> Result<Self, ConfigError> {
+        Email::read(entry, config)
     }
 
     fn host(&self) -> &str {
@@ -390,14 +457,21 @@ mod tests {
 
     #[test]
     fn the_message_id_is_stable_and_names_the_senders_domain() {
-        let mut config = ChannelConfig::new("mail", ChannelKind::Email, "");
-        config.host = Some("127.0.0.1".into());
-        config.tls = Some(SmtpTls::None);
-        config.from = Some("herald@notify.example.org".into());
+        let config = ChannelConfig::with_settings::<Email>("mail", "", local_settings());
         let channel = EmailChannel::new(&config).expect("valid");
         assert_eq!(channel.kind().message_id("r-1"), "<ntf-r-1@notify.example.org>");
         let debug = format!("{channel:?}");
         assert!(debug.starts_with("EmailChannel"), "{debug}");
+    }
+
+    /// Settings of a server on loopback without TLS.
+    fn local_settings() -> EmailSettings {
+        EmailSettings {
+            host: Some("127.0.0.1".into()),
+            tls: Some(SmtpTls::None),
+            from: Some("herald@notify.example.org".into()),
+            ..EmailSettings::default()
+        }
     }
 
     /// Whether every CR in `bytes` starts a CRLF and every LF ends one.
@@ -429,10 +503,7 @@ mod tests {
     // take a bare CR for a line end).
     #[test]
     fn the_message_has_no_bare_cr_or_lf_whatever_the_text() {
-        let mut config = ChannelConfig::new("mail", ChannelKind::Email, "");
-        config.host = Some("127.0.0.1".into());
-        config.tls = Some(SmtpTls::None);
-        config.from = Some("herald@notify.example.org".into());
+        let config = ChannelConfig::with_settings::<Email>("mail", "", local_settings());
         let channel = EmailChannel::new(&config).expect("valid");
         for text in ["one\rtwo", "one\ntwo", "a\r.\r\nMAIL FROM:<x@y.example>\r\n", "\n.\r\n", "ü\rü\n", "x\r\r\n\n\r"]
         {

@@ -17,7 +17,7 @@ use herald_domain::ChannelKind;
 use herald_ports::OutboundMessage;
 use secrecy::ExposeSecret;
 
-use super::{ChannelBase, Kind, KindChannel};
+use super::{ChannelBase, Kind, KindChannel, NoSettings};
 use crate::config::{ChannelConfig, ConfigError};
 use crate::egress::Egress;
 use crate::http::{Connections, Endpoint};
@@ -38,11 +38,15 @@ impl Kind for Miaotixing {
     const KIND: ChannelKind = ChannelKind::Miaotixing;
     const ADAPTER: &'static str = "MiaotixingChannel";
     const USES_URL: bool = true;
-    const DEFAULT_TEXT: Option<&'static str> = Some(MIAOTIXING_DEFAULT_TEXT);
+    type Settings = NoSettings;
     const DEFAULT_MIN_INTERVAL_MS: u64 = MIAOTIXING_MIN_INTERVAL_MS;
 
-    fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
+    fn build(config: &ChannelConfig, _settings: &NoSettings, _egress: &Egress) -> Result<Self, ConfigError> {
         Endpoint::new(config, "/trigger", Connections::FreshPerCall).map(Miaotixing)
+    }
+
+    fn default_text(_settings: &NoSettings) -> Option<&'static str> {
+        Some(MIAOTIXING_DEFAULT_TEXT)
     }
 
     fn host(&self) -> &str {

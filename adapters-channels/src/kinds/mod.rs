@@ -15,31 +15,64 @@
 //!
 //! **Adding a kind** is one module here and its line in `kinds!` below (docs/ARCHITECTURE.md, "Adding a
 //! channel kind"): the module holds a struct implementing [`Kind`] — its `ChannelKind` (name, promise,
-//! which classification table reads its answers), the check of its own settings naming the key, the files
-//! it reads, its destination check, how it is built and how it sends. [`KindChannel`] turns any `Kind` into
-//! a [`Channel`]: the delegation every kind shares (name, rules, outbound text, the span and the log of
+//! which classification table reads its answers), its own settings (a `serde` type reading the
+//! `[[channel]]` keys that are not shared) and their check naming the key, the files it reads, its
+//! destination check, how it is built and how it sends. [`KindChannel`] turns any `Kind` into a
+//! [`Channel`]: the delegation every kind shares (name, rules, outbound text, the span and the log of
 //! each classification, a `Debug` without destination) is written there once. A piece the trait requires
 //! and the module lacks is a compile error; [`KINDS`] is the one place a `kind = "…"` name is looked up,
 //! by the configuration and by the factory alike.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use async_trait::async_trait;
 use herald_domain::classify::Classified;
 use herald_domain::{ChannelKind, ChannelName, ChannelRules, Observation, RefusalProof};
 use herald_ports::{Channel, OutboundMessage};
+use serde::Deserialize;
 
 use crate::config::{ChannelConfig, ConfigError};
 use crate::egress::Egress;
+use crate::settings::{self, RawSettings, SettingError};
 
 /// Declares the kinds: one line each, `module: Type` (the module is declared here too). A line may carry
-/// attributes, such as the `cfg` of a kind compiled only for tests.
+/// attributes, such as the `cfg` of a kind compiled only for tests. Each line also gives the kind its
+/// variant of [`KindSettings`] and its [`Registered`] impl, so a kind's settings type is all it declares.
 macro_rules! kinds {
     ($($(#[$attr:meta])* $module:ident: $kind:ident,)+) => {
         $($(#[$attr])* pub mod $module;)+
 
         /// Every kind this build knows, in the order of its lines.
         pub static KINDS: &[KindEntry] = &[$($(#[$attr])* KindEntry::of::<$module::$kind>(),)+];
+
+        /// The settings of one entry: a variant per kind, holding that kind's own [`Kind::Settings`].
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum KindSettings {
+            $($(#[$attr])* $kind(<$module::$kind as Kind>::Settings),)+
+            /// Of a kind this build does not know (refused by [`ChannelConfig::validate`]).
+            Unknown,
+        }
+
+        $($(#[$attr])* impl Registered for $module::$kind {
+            fn wrap(settings: Self::Settings) -> KindSettings {
+                KindSettings::$kind(settings)
+            }
+
+            fn pick(settings: &KindSettings) -> Option<&Self::Settings> {
+                match settings {
+                    KindSettings::$kind(settings) => Some(settings),
+                    _ => None,
+                }
+            }
+
+            fn pick_mut(settings: &mut KindSettings) -> Option<&mut Self::Settings> {
+                match settings {
+                    KindSettings::$kind(settings) => Some(settings),
+                    _ => None,
+                }
+            }
+        })+
     };
 }
 
@@ -63,26 +96,33 @@ pub trait Kind: Send + Sync + Sized + 'static {
     const ADAPTER: &'static str;
     /// Whether it sends to the entry's `url` (the others refuse one).
     const USES_URL: bool;
-    /// The kind-specific keys of [`ChannelConfig`] it reads (none unless it says); another kind's key on
-    /// its entry is refused.
-    const KEYS: &'static [&'static str] = &[];
-    /// Those of its keys that name a file read when it is built (a password, a key, a CA), so that the
-    /// loader takes a relative path from the configuration file's folder.
-    const FILES: &'static [&'static str] = &[];
-    /// The text sent instead of the body when no `text` is configured (and, where the kind reads it, no
-    /// `send_body = true`); `None`, unless it says: the body.
-    const DEFAULT_TEXT: Option<&'static str> = None;
     /// The egress interval when none is configured.
     const DEFAULT_MIN_INTERVAL_MS: u64 = 0;
 
-    /// Checks its own settings (those of [`Kind::KEYS`]): required ones present, values that cannot work
-    /// refused. The shared keys are checked by [`ChannelConfig::validate`] before; a kind without keys of
-    /// its own keeps this default, which has nothing left to check.
+    /// Its own keys of a `[[channel]]` table (those not shared by every kind, see [`ChannelConfig`]): a
+    /// `serde` type with `deny_unknown_fields`, so a misspelt key or another kind's is refused by name;
+    /// [`NoSettings`] for a kind without keys of its own.
+    type Settings: serde::de::DeserializeOwned + Default + Clone + fmt::Debug + PartialEq + Eq + Send + Sync;
+
+    /// Checks its own settings: required ones present, values that cannot work refused. The shared keys
+    /// are checked by [`ChannelConfig::validate`] before; a kind may also check a shared key against its
+    /// own rule here. The default has nothing to check.
     ///
     /// # Errors
     /// The first invalid key, named (`ConfigError::new(&config.name, key, reason)`).
-    fn check_config(_config: &ChannelConfig) -> Result<(), ConfigError> {
+    fn check_config(_config: &ChannelConfig, _settings: &Self::Settings) -> Result<(), ConfigError> {
         Ok(())
+    }
+
+    /// Those of its settings that name a file read when it is built (a password, a key, a CA), so that
+    /// the loader takes a relative path from the configuration file's folder. None unless it says.
+    fn files(_settings: &mut Self::Settings) -> Vec<&mut PathBuf> {
+        Vec::new()
+    }
+
+    /// The text sent instead of the body when no `text` is configured; `None`, unless it says: the body.
+    fn default_text(_settings: &Self::Settings) -> Option<&'static str> {
+        None
     }
 
     /// What a process serving a network refuses of its entry (`herald serve`, `worker`), naming the key and
@@ -93,6 +133,7 @@ pub trait Kind: Send + Sync + Sized + 'static {
     /// The first such setting.
     fn check_production(
         _config: &ChannelConfig,
+        _settings: &Self::Settings,
         _placeholder: fn(&str) -> bool,
         _stand_ins: bool,
     ) -> Result<(), ConfigError> {
@@ -104,7 +145,7 @@ pub trait Kind: Send + Sync + Sized + 'static {
     /// # Errors
     /// What can only be found while building (an unreadable file, a client that cannot be built),
     /// naming the key.
-    fn build(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError>;
+    fn build(config: &ChannelConfig, settings: &Self::Settings, egress: &Egress) -> Result<Self, ConfigError>;
 
     /// The host its `Debug` output shows (never a path, never a destination).
     fn host(&self) -> &str;
@@ -125,44 +166,72 @@ pub trait Kind: Send + Sync + Sized + 'static {
     }
 }
 
+/// What the [`kinds!`] line of a kind adds to it: its variant of [`KindSettings`].
+pub trait Registered: Kind {
+    /// Its settings as an entry holds them.
+    fn wrap(settings: Self::Settings) -> KindSettings;
+    /// Its settings, if `settings` are of this kind.
+    fn pick(settings: &KindSettings) -> Option<&Self::Settings>;
+    /// As [`Registered::pick`], to change them.
+    fn pick_mut(settings: &mut KindSettings) -> Option<&mut Self::Settings>;
+}
+
+/// The settings of a kind without keys of its own: any key is refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoSettings {}
+
 /// [`Kind::check_production`].
 type CheckProduction = fn(&ChannelConfig, fn(&str) -> bool, bool) -> Result<(), ConfigError>;
 
 /// Builds a checked entry's adapter.
 type Build = fn(&ChannelConfig, &Egress) -> Result<Box<dyn ChannelAdapter>, ConfigError>;
 
-/// A kind as the registry holds it, without its type: how to check, build and describe its entries.
+/// A kind as the registry holds it, without its type: how to read, check, build and describe its entries.
 pub struct KindEntry {
     pub kind: ChannelKind,
     pub(crate) uses_url: bool,
-    pub(crate) keys: &'static [&'static str],
     pub(crate) default_min_interval_ms: u64,
+    pub(crate) parse: fn(RawSettings) -> Result<KindSettings, SettingError>,
+    pub(crate) has_key: fn(&str) -> bool,
+    pub(crate) default_settings: fn() -> KindSettings,
     pub(crate) check_config: fn(&ChannelConfig) -> Result<(), ConfigError>,
     pub(crate) check_production: CheckProduction,
-    pub(crate) files: &'static [&'static str],
-    pub(crate) default_text: Option<&'static str>,
+    pub(crate) files: fn(&mut KindSettings) -> Vec<&mut PathBuf>,
+    pub(crate) default_text: fn(&KindSettings) -> Option<&'static str>,
     pub(crate) build: Build,
 }
 
 impl KindEntry {
     /// The entry of kind `K`.
     #[must_use]
-    pub const fn of<K: Kind>() -> KindEntry {
+    pub const fn of<K: Registered>() -> KindEntry {
         KindEntry {
             kind: K::KIND,
             uses_url: K::USES_URL,
-            keys: K::KEYS,
             default_min_interval_ms: K::DEFAULT_MIN_INTERVAL_MS,
-            check_config: K::check_config,
-            check_production: K::check_production,
-            files: K::FILES,
-            default_text: K::DEFAULT_TEXT,
+            parse: |raw| settings::parse::<K::Settings>(raw).map(K::wrap),
+            has_key: settings::has_key::<K::Settings>,
+            default_settings: || K::wrap(K::Settings::default()),
+            check_config: |config| K::check_config(config, settings_of::<K>(config)?),
+            check_production: |config, placeholder, stand_ins| {
+                K::check_production(config, settings_of::<K>(config)?, placeholder, stand_ins)
+            },
+            files: |settings| K::pick_mut(settings).map_or_else(Vec::new, K::files),
+            default_text: |settings| K::pick(settings).and_then(K::default_text),
             build: build::<K>,
         }
     }
 }
 
-fn build<K: Kind>(config: &ChannelConfig, egress: &Egress) -> Result<Box<dyn ChannelAdapter>, ConfigError> {
+/// The settings of kind `K` of `config`, which must be of that kind.
+fn settings_of<K: Registered>(config: &ChannelConfig) -> Result<&K::Settings, ConfigError> {
+    config
+        .settings_of::<K>()
+        .ok_or_else(|| ConfigError::new(&config.name, "kind", "does not match the adapter it was given to"))
+}
+
+fn build<K: Registered>(config: &ChannelConfig, egress: &Egress) -> Result<Box<dyn ChannelAdapter>, ConfigError> {
     Ok(Box::new(KindChannel::<K>::with_egress(config, egress)?))
 }
 
@@ -190,7 +259,7 @@ pub struct KindChannel<K: Kind> {
     kind: K,
 }
 
-impl<K: Kind> KindChannel<K> {
+impl<K: Registered> KindChannel<K> {
     /// Validates `config` (of kind `K`) and builds the channel, with the default egress settings.
     ///
     /// # Errors
@@ -205,7 +274,7 @@ impl<K: Kind> KindChannel<K> {
     /// An invalid setting, naming its key, or a `config` of another kind.
     pub fn with_egress(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError> {
         let base = ChannelBase::new(config, K::KIND)?;
-        Ok(KindChannel { base, kind: K::build(config, egress)? })
+        Ok(KindChannel { base, kind: K::build(config, settings_of::<K>(config)?, egress)? })
     }
 
     /// The kind's own part.
@@ -347,14 +416,20 @@ mod tests {
             let mut config = ChannelConfig::new("c", kind, "http://127.0.0.1:9");
             if kind == ChannelKind::Email {
                 config.url = String::new();
-                config.host = Some("127.0.0.1".into());
-                config.tls = Some(crate::config::SmtpTls::None);
-                config.from = Some("herald@example.org".into());
+                config.settings = email::Email::wrap(email::EmailSettings {
+                    host: Some("127.0.0.1".into()),
+                    tls: Some(crate::config::SmtpTls::None),
+                    from: Some("herald@example.org".into()),
+                    ..Default::default()
+                });
             }
             if kind == ChannelKind::Webpush {
                 config.url = String::new();
-                config.vapid_private_key = Some(crate::config::ConfigSecret::new(webpush::VapidKey::generate().0));
-                config.vapid_subject = Some("mailto:ops@example.org".into());
+                config.settings = webpush::Webpush::wrap(webpush::WebpushSettings {
+                    vapid_private_key: Some(crate::config::ConfigSecret::new(webpush::VapidKey::generate().0)),
+                    vapid_subject: Some("mailto:ops@example.org".into()),
+                    ..Default::default()
+                });
             }
             let channel = ConfiguredChannel::new(&config).expect("valid");
             assert!(format!("{channel:?}").starts_with(adapter), "{kind:?}: {channel:?}");

@@ -13,7 +13,7 @@ use herald_ports::OutboundMessage;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 
-use super::{ChannelBase, Kind, KindChannel};
+use super::{ChannelBase, Kind, KindChannel, NoSettings};
 use crate::config::{ChannelConfig, ConfigError};
 use crate::egress::Egress;
 use crate::http::{Connections, Endpoint};
@@ -38,8 +38,9 @@ impl Kind for Queryable {
     const KIND: ChannelKind = ChannelKind::Queryable;
     const ADAPTER: &'static str = "QueryableChannel";
     const USES_URL: bool = true;
+    type Settings = NoSettings;
 
-    fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
+    fn build(config: &ChannelConfig, _settings: &NoSettings, _egress: &Egress) -> Result<Self, ConfigError> {
         Endpoint::new(config, "/messages", Connections::Pooled).map(Queryable)
     }
 

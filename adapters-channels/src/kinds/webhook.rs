@@ -11,7 +11,7 @@ use herald_ports::OutboundMessage;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 
-use super::{ChannelBase, Kind, KindChannel};
+use super::{ChannelBase, Kind, KindChannel, NoSettings};
 use crate::config::{ChannelConfig, ConfigError};
 use crate::egress::Egress;
 use crate::http::{Connections, Endpoint};
@@ -37,8 +37,9 @@ impl Kind for Webhook {
     const KIND: ChannelKind = ChannelKind::Webhook;
     const ADAPTER: &'static str = "WebhookChannel";
     const USES_URL: bool = true;
+    type Settings = NoSettings;
 
-    fn build(config: &ChannelConfig, _egress: &Egress) -> Result<Self, ConfigError> {
+    fn build(config: &ChannelConfig, _settings: &NoSettings, _egress: &Egress) -> Result<Self, ConfigError> {
         Endpoint::new(config, "/send", Connections::Pooled).map(Webhook)
     }
 

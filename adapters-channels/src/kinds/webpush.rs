@@ -30,6 +30,7 @@
 //! checked). A refused send made no request and is REJECTED ([`egress_refused`]).
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aes_gcm::aead::{Aead, KeyInit};
@@ -58,9 +59,61 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::{ChannelBase, Kind, KindChannel};
-use crate::config::{is_loopback, ChannelConfig, ConfigError, Urgency, PRIVATE_DEFAULT_TEXT};
+use crate::config::{is_loopback, ChannelConfig, ConfigError, ConfigSecret, PRIVATE_DEFAULT_TEXT};
 use crate::egress::{refusal_in, Egress, Guard};
 use crate::http::{failure, wall_clock, Connections, HttpTransport};
+
+/// The keys of a `webpush` channel's `[[channel]]` table besides the shared ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebpushSettings {
+    /// The VAPID private key, base64url of the 32-byte P-256 scalar (`herald keys vapid`).
+    #[serde(default)]
+    pub vapid_private_key: Option<ConfigSecret>,
+    /// A file holding the VAPID private key; a configuration file's relative path is taken from that
+    /// file's folder (see [`Kind::files`]).
+    #[serde(default)]
+    pub vapid_private_key_file: Option<PathBuf>,
+    /// The VAPID `sub` claim, a `mailto:` or `https:` contact for the push services.
+    #[serde(default)]
+    pub vapid_subject: Option<String>,
+    /// The `Urgency` header (RFC 8030 §5.3): `very-low`, `low`, `normal` (default) or `high`.
+    #[serde(default)]
+    pub urgency: Option<Urgency>,
+    /// Also send to plain-http endpoints on a loopback host (a local push-service stand-in). Off by
+    /// default: an endpoint comes from a user, and Herald must not be made to post to the services of its
+    /// own machine.
+    #[serde(default)]
+    pub allow_loopback_endpoints: bool,
+    /// Send the notification body when no `text` is configured. Off by default: the channel gets
+    /// [`PRIVATE_DEFAULT_TEXT`] unless the operator says otherwise.
+    #[serde(default)]
+    pub send_body: bool,
+}
+
+/// `urgency = "…"` of a `webpush` channel (RFC 8030 §5.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Urgency {
+    VeryLow,
+    Low,
+    #[default]
+    Normal,
+    High,
+}
+
+impl Urgency {
+    /// The header value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Urgency::VeryLow => "very-low",
+            Urgency::Low => "low",
+            Urgency::Normal => "normal",
+            Urgency::High => "high",
+        }
+    }
+}
 
 /// The record size announced in the `aes128gcm` header: one record holds the whole payload.
 const RECORD_SIZE: u32 = 4096;
@@ -284,19 +337,18 @@ impl Kind for Webpush {
     const KIND: ChannelKind = ChannelKind::Webpush;
     const ADAPTER: &'static str = "WebpushChannel";
     const USES_URL: bool = false;
-    const KEYS: &'static [&'static str] = &[
-        "send_body",
-        "vapid_private_key",
-        "vapid_private_key_file",
-        "vapid_subject",
-        "urgency",
-        "allow_loopback_endpoints",
-    ];
-    const FILES: &'static [&'static str] = &["vapid_private_key_file"];
-    const DEFAULT_TEXT: Option<&'static str> = Some(PRIVATE_DEFAULT_TEXT);
+    type Settings = WebpushSettings;
 
-    fn check_config(config: &ChannelConfig) -> Result<(), ConfigError> {
-        let err = |key: &str, reason: &str| Err(ConfigError::new(&config.name, key, reason));
+    fn files(settings: &mut WebpushSettings) -> Vec<&mut PathBuf> {
+        settings.vapid_private_key_file.as_mut().into_iter().collect()
+    }
+
+    fn default_text(settings: &WebpushSettings) -> Option<&'static str> {
+        (!settings.send_body).then_some(PRIVATE_DEFAULT_TEXT)
+    }
+
+    fn check_config(entry: &ChannelConfig, config: &WebpushSettings) -> Result<(), ConfigError> {
+        let err = |key: &str, reason: &str| Err(ConfigError::new(&entry.name, key, reason));
         if config.vapid_private_key.is_some() && config.vapid_private_key_file.is_some() {
             return err("vapid_private_key", "is given both directly and as vapid_private_key_file; give one");
         }
@@ -312,13 +364,14 @@ impl Kind for Webpush {
 
     /// `allow_loopback_endpoints` outside a process started for local stand-ins.
     fn check_production(
-        config: &ChannelConfig,
+        entry: &ChannelConfig,
+        config: &WebpushSettings,
         _placeholder: fn(&str) -> bool,
         stand_ins: bool,
     ) -> Result<(), ConfigError> {
         if config.allow_loopback_endpoints && !stand_ins {
             return Err(ConfigError::new(
-                &config.name,
+                &entry.name,
                 "allow_loopback_endpoints",
                 "lets a user's subscription make Herald post to the services of its own machine; it is for a local \
                  push-service stand-in only (tests, the soak: start with --stand-ins). Remove it; for an internal push \
@@ -329,8 +382,8 @@ impl Kind for Webpush {
     }
 
     /// Reads the VAPID key and builds the client, guarded by `egress`.
-    fn build(config: &ChannelConfig, egress: &Egress) -> Result<Self, ConfigError> {
-        let name = config.name.as_str();
+    fn build(entry: &ChannelConfig, config: &WebpushSettings, egress: &Egress) -> Result<Self, ConfigError> {
+        let name = entry.name.as_str();
         let vapid = match (&config.vapid_private_key, &config.vapid_private_key_file) {
             (Some(key), _) => VapidKey::from_base64(key.expose())
                 .map_err(|reason| ConfigError::new(name, "vapid_private_key", reason))?,
@@ -346,7 +399,7 @@ impl Kind for Webpush {
         // (timeouts, no proxy, no redirects, a fresh connection per call) is built from a placeholder one
         // that is never called. Its names resolve only through the guard.
         let guard = egress.guard(config.allow_loopback_endpoints);
-        let mut client_config = config.clone();
+        let mut client_config = entry.clone();
         client_config.url = "https://webpush.invalid".to_owned();
         let transport = HttpTransport::guarded(&client_config, Connections::FreshPerCall, &guard)?;
         Ok(Webpush {

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use herald_channels::config::{ChannelConfig, SmtpTls};
 use herald_channels::kinds::email::EmailChannel;
-use herald_domain::{ChannelKind, IdempotencyKey, Observation};
+use herald_channels::kinds::email::{Email, EmailSettings};
+use herald_domain::{IdempotencyKey, Observation};
 use herald_ports::{Channel, OutboundMessage};
 use herald_standin::{Chaos, SmtpScript, SmtpStage, SmtpStandIn};
 use secrecy::SecretString;
@@ -13,11 +14,17 @@ use secrecy::SecretString;
 const TO: &str = "reader@mail.example.org";
 
 fn channel(standin: &SmtpStandIn) -> EmailChannel {
-    let mut config = ChannelConfig::new("mail", ChannelKind::Email, "");
-    config.host = Some("127.0.0.1".into());
-    config.port = Some(standin.port());
-    config.tls = Some(SmtpTls::None);
-    config.from = Some("herald@notify.example.org".into());
+    let mut config = ChannelConfig::with_settings::<Email>(
+        "mail",
+        "",
+        EmailSettings {
+            host: Some("127.0.0.1".into()),
+            port: Some(standin.port()),
+            tls: Some(SmtpTls::None),
+            from: Some("herald@notify.example.org".into()),
+            ..EmailSettings::default()
+        },
+    );
     config.timeout_ms = 500;
     EmailChannel::new(&config).expect("a valid e-mail channel")
 }

@@ -26,7 +26,9 @@ use anyhow::{bail, Context as _};
 use base64::Engine as _;
 use herald_channels::cipher::Keyring;
 use herald_channels::config::{ChannelConfig, ConfigSecret, SmtpTls};
+use herald_channels::kinds::email::{Email, EmailSettings};
 use herald_channels::kinds::webpush::VapidKey;
+use herald_channels::kinds::webpush::{Webpush, WebpushSettings};
 use herald_channels::registry::HttpChannelRegistry;
 use herald_domain::{ChannelKind, Millis, UserId};
 use herald_ports::Clock;
@@ -141,15 +143,27 @@ pub const DEMO_MAIL_FROM: &str = "herald@notify.example.org";
 /// other host); the Web Push channel signs with `vapid_key` and may post to loopback endpoints.
 #[must_use]
 pub fn channel_configs(push: &str, sms: &str, miao: &str, smtp_port: u16, vapid_key: &str) -> Vec<ChannelConfig> {
-    let mut email = ChannelConfig::new("email", ChannelKind::Email, "");
-    email.host = Some("127.0.0.1".into());
-    email.port = Some(smtp_port);
-    email.tls = Some(SmtpTls::None);
-    email.from = Some(DEMO_MAIL_FROM.into());
-    let mut webpush = ChannelConfig::new("webpush", ChannelKind::Webpush, "");
-    webpush.vapid_private_key = Some(ConfigSecret::new(vapid_key.to_owned()));
-    webpush.vapid_subject = Some("mailto:ops@notify.example.org".into());
-    webpush.allow_loopback_endpoints = true;
+    let email = ChannelConfig::with_settings::<Email>(
+        "email",
+        "",
+        EmailSettings {
+            host: Some("127.0.0.1".into()),
+            port: Some(smtp_port),
+            tls: Some(SmtpTls::None),
+            from: Some(DEMO_MAIL_FROM.into()),
+            ..EmailSettings::default()
+        },
+    );
+    let webpush = ChannelConfig::with_settings::<Webpush>(
+        "webpush",
+        "",
+        WebpushSettings {
+            vapid_private_key: Some(ConfigSecret::new(vapid_key.to_owned())),
+            vapid_subject: Some("mailto:ops@notify.example.org".into()),
+            allow_loopback_endpoints: true,
+            ..WebpushSettings::default()
+        },
+    );
     let mut configs = vec![
         ChannelConfig::new("push", ChannelKind::Webhook, push),
         ChannelConfig::new("sms", ChannelKind::Queryable, sms),

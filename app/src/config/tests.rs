@@ -347,8 +347,10 @@ fn channel_secret_files_are_found_beside_the_configuration() {
     );
     let config = Config::load(Some(&path), std::iter::empty()).expect("valid");
     let base = path.parent().expect("folder");
-    assert_eq!(config.channels[0].password_file.as_deref(), Some(base.join("smtp.pw").as_path()));
-    assert_eq!(config.channels[1].vapid_private_key_file.as_deref(), Some(base.join("secrets/vapid.key").as_path()));
+    let mut channels = config.channels;
+    let [mail, push] = channels.as_mut_slice() else { panic!("two channels") };
+    assert_eq!(mail.files_mut(), [&mut base.join("smtp.pw")]);
+    assert_eq!(push.files_mut(), [&mut base.join("secrets/vapid.key")]);
     // An absolute path stays as given.
     let config = load(
         "[[channel]]\nname = \"push\"\nkind = \"webpush\"\nvapid_private_key_file = \"/etc/herald/vapid.key\"\n\
@@ -356,7 +358,8 @@ fn channel_secret_files_are_found_beside_the_configuration() {
         &[],
     )
     .expect("valid");
-    assert_eq!(config.channels[0].vapid_private_key_file.as_deref(), Some(Path::new("/etc/herald/vapid.key")));
+    let mut channels = config.channels;
+    assert_eq!(channels[0].files_mut(), [&mut std::path::PathBuf::from("/etc/herald/vapid.key")]);
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! `src/kinds/echo.rs` and its line in `kinds!`, compiled under the `test-kind` feature that these tests
 //! switch on) is configured in a real `herald` configuration file, and the real binary delivers a
 //! notification through it; a setting it refuses is named by its key, and so is a key of another kind.
+//! Its own key (`prefix`) is declared by its settings type in that module and nowhere else: the file's
+//! value reaches the provider id it answers with.
 
 use herald_channels::cipher::Keyring;
 use herald_channels::config::ChannelConfig;
@@ -44,7 +46,7 @@ async fn a_notification_is_delivered_through_the_echo_kind_by_the_real_binary() 
     let stored = herald_ports::DestinationCipher::encrypt(&keyring, &user, &channel, &destination).expect("encrypt");
     store.put(&user, &channel, true, Some(stored)).await.expect("preference");
 
-    let config = config_file("deliver", &db.url, "");
+    let config = config_file("deliver", &db.url, "prefix = \"loop\"\n");
     let mut worker = tokio::process::Command::new(binary("herald"))
         .arg("--config")
         .arg(&config)
@@ -78,8 +80,8 @@ async fn a_notification_is_delivered_through_the_echo_kind_by_the_real_binary() 
     assert_eq!(task.attempt_count, 1, "{task:?}");
     assert_eq!(
         task.provider_msg_id.as_deref(),
-        Some(format!("echo-{}", task.reference).as_str()),
-        "the echo kind's own answer: the task went through its module"
+        Some(format!("loop-{}", task.reference).as_str()),
+        "the echo kind's own answer with its own `prefix`: the task went through its module and its settings"
     );
 
     worker.start_kill().expect("kill");
@@ -107,12 +109,15 @@ fn refused(tag: &str, extra: &str, key: &str) {
 fn the_echo_kinds_own_check_and_the_shared_ones_name_the_key() {
     // The kind's own rule, declared in its module.
     refused("own", "digest = { instant_per_hour = 1 }\n", "channel.loop.digest.instant_per_hour");
+    // Its own key, read by its settings type and checked by its module; a misspelling of it.
+    refused("prefix", "prefix = \"a b\"\n", "channel.loop.prefix");
+    refused("misspelt", "prefx = \"loop\"\n", "channel.loop.prefx");
     // The rules every kind gets: another kind's key, a URL the kind does not use.
     refused("other", "host = \"smtp.example.org\"\n", "channel.loop.host");
     refused("url", "url = \"http://127.0.0.1:9\"\n", "channel.loop.url");
     // Negative control: the same entry without them is accepted (the worker starts; no database is needed
     // to get past the configuration, so the failure is the database's, not the key's).
-    let config = config_file("good", "postgres://postgres@127.0.0.1:1/unused", "");
+    let config = config_file("good", "postgres://postgres@127.0.0.1:1/unused", "prefix = \"loop\"\n");
     let out = std::process::Command::new(binary("herald"))
         .arg("--config")
         .arg(&config)

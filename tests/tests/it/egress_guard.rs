@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex};
 use herald_channels::config::{ChannelConfig, ConfigSecret};
 use herald_channels::egress::{classify, Cidr, Egress, Lookup, SystemLookup};
 use herald_channels::kinds::webpush::VapidKey;
+use herald_channels::kinds::webpush::{Webpush, WebpushSettings};
 use herald_channels::registry::HttpChannelRegistry;
 use herald_domain::classify::EGRESS_REFUSED;
-use herald_domain::{ChannelKind, ChannelName, TaskState, UserId};
+use herald_domain::{ChannelName, TaskState, UserId};
 use herald_ports::store::TaskView;
 use herald_ports::{DestinationCipher, PreferenceStore};
 use herald_standin::InternalService;
@@ -42,9 +43,15 @@ fn subscription(endpoint: &str) -> String {
 /// A world whose Web Push channel `browser` is a production one (no `allow_loopback_endpoints`), built
 /// with `egress`, as `herald serve` builds it from `[egress]`.
 async fn world_with(egress: &Egress) -> World {
-    let mut config = ChannelConfig::new("browser", ChannelKind::Webpush, "");
-    config.vapid_private_key = Some(ConfigSecret::new(VapidKey::generate().0));
-    config.vapid_subject = Some("mailto:ops@notify.example.org".into());
+    let mut config = ChannelConfig::with_settings::<Webpush>(
+        "browser",
+        "",
+        WebpushSettings {
+            vapid_private_key: Some(ConfigSecret::new(VapidKey::generate().0)),
+            vapid_subject: Some("mailto:ops@notify.example.org".into()),
+            ..WebpushSettings::default()
+        },
+    );
     config.timeout_ms = 1_000;
     let mut world = World::with(ClockMode::Database, |configs| configs.push(config)).await.expect("world");
     let registry = HttpChannelRegistry::from_configs_with_egress(&world.configs, egress).expect("channels");

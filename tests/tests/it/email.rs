@@ -4,7 +4,8 @@
 //! messages a user would really have got.
 
 use herald_channels::config::{ChannelConfig, SmtpTls, PRIVATE_DEFAULT_TEXT};
-use herald_domain::{ChannelKind, ChannelName, OnUnknown, TaskState, UserId};
+use herald_channels::kinds::email::{Email, EmailSettings};
+use herald_domain::{ChannelName, OnUnknown, TaskState, UserId};
 use herald_ports::store::TaskView;
 use herald_ports::{DestinationCipher, PreferenceStore};
 use herald_tests::cases::outcomes;
@@ -16,12 +17,23 @@ const HOUR: u64 = 3_600_000;
 const ADDRESS: &str = "alice@mail.example.org";
 const FROM: &str = "herald@notify.example.org";
 
+/// The e-mail settings of a channel made by [`email_config`].
+fn mail(config: &mut ChannelConfig) -> &mut EmailSettings {
+    config.settings_mut::<Email>().expect("an email channel")
+}
+
 fn email_config(port: u16, adjust: impl FnOnce(&mut ChannelConfig)) -> ChannelConfig {
-    let mut config = ChannelConfig::new("mail", ChannelKind::Email, "");
-    config.host = Some("127.0.0.1".into());
-    config.port = Some(port);
-    config.tls = Some(SmtpTls::None);
-    config.from = Some(FROM.into());
+    let mut config = ChannelConfig::with_settings::<Email>(
+        "mail",
+        "",
+        EmailSettings {
+            host: Some("127.0.0.1".into()),
+            port: Some(port),
+            tls: Some(SmtpTls::None),
+            from: Some(FROM.into()),
+            ..EmailSettings::default()
+        },
+    );
     config.timeout_ms = 1_000;
     config.retry_base_ms = 1_000;
     config.retry_cap_ms = 10_000;
@@ -87,7 +99,7 @@ async fn accepted_after_the_end_of_data_with_a_stable_message_id_and_only_the_pr
 #[tokio::test]
 async fn the_body_is_sent_only_when_configured() {
     let Some(peer) = peer("accept").await else { return };
-    let world = world(&peer, |c| c.send_body = true).await;
+    let world = world(&peer, |c| mail(c).send_body = true).await;
     let task = deliver(&world, "e1").await;
     assert_eq!(task.state, TaskState::Sent);
     assert!(peer.received()[0].body().contains("Event e1 for u1"));
@@ -221,7 +233,7 @@ async fn starttls_is_required_never_skipped() {
     // that proves non-acceptance (retried within the budget, then FAILED — never parked).
     let Some(peer) = peer("accept").await else { return };
     let world = world(&peer, |c| {
-        c.tls = Some(SmtpTls::Starttls);
+        mail(c).tls = Some(SmtpTls::Starttls);
         c.max_attempts = 2;
     })
     .await;
@@ -239,8 +251,8 @@ async fn starttls_and_implicit_tls_are_spoken_and_the_certificate_is_checked() {
         // Trusting the run's certificate authority: the message goes out over TLS.
         let ca = peer.ca_pem();
         let world = world(&peer, |c| {
-            c.tls = Some(tls);
-            c.tls_ca_file = Some(ca);
+            mail(c).tls = Some(tls);
+            mail(c).tls_ca_file = Some(ca);
         })
         .await;
         let task = deliver(&world, "e1").await;
@@ -262,7 +274,7 @@ async fn starttls_and_implicit_tls_are_spoken_and_the_certificate_is_checked() {
 
 async fn world_without_ca(peer: &SmtpPeer, tls: SmtpTls) -> World {
     world(peer, |c| {
-        c.tls = Some(tls);
+        mail(c).tls = Some(tls);
         c.max_attempts = 2;
     })
     .await
@@ -276,8 +288,8 @@ fn an_unreadable_or_empty_ca_file_is_refused_naming_the_key() {
     std::fs::write(&empty, "no certificate here\n").expect("write");
     for path in [dir.join("missing.pem"), empty] {
         let config = email_config(2525, |c| {
-            c.tls = Some(SmtpTls::Starttls);
-            c.tls_ca_file = Some(path.clone());
+            mail(c).tls = Some(SmtpTls::Starttls);
+            mail(c).tls_ca_file = Some(path.clone());
         });
         let Err(error) = herald_channels::kinds::email::EmailChannel::new(&config) else {
             panic!("{} was accepted", path.display())
@@ -300,7 +312,7 @@ async fn bare_cr_and_lf_in_a_body_reach_data_only_as_crlf() {
     use serde_json::json;
 
     let Some(peer) = peer("accept").await else { return };
-    let world = world(&peer, |c| c.send_body = true).await;
+    let world = world(&peer, |c| mail(c).send_body = true).await;
     let api = Api::start(&world).await.expect("api");
     let body = "first\rsecond\nthird\r.\r\nMAIL FROM:<mallory@evil.example>\r\nRCPT TO:<victim@example.org>\r\n\
                 DATA\r\nsmuggled\n.\nlast\r";

@@ -5,8 +5,10 @@
 //! subscription and `Bob <bob@x.org>`, and re-enabled an expired subscription.
 
 use herald_channels::config::{ChannelConfig, ConfigSecret, SmtpTls};
+use herald_channels::kinds::email::{Email, EmailSettings};
 use herald_channels::kinds::webpush::VapidKey;
-use herald_domain::{ChannelKind, ChannelName, UserId};
+use herald_channels::kinds::webpush::{Webpush, WebpushSettings};
+use herald_domain::{ChannelName, UserId};
 use herald_ports::{DestinationCipher, PreferenceStore};
 use herald_standin::WebPushService;
 use herald_tests::api::Api;
@@ -17,16 +19,28 @@ use secrecy::SecretString;
 use serde_json::json;
 
 fn configs(configs: &mut Vec<ChannelConfig>) {
-    let mut mail = ChannelConfig::new("mail", ChannelKind::Email, "");
-    mail.host = Some("127.0.0.1".into());
-    mail.port = Some(25);
-    mail.tls = Some(SmtpTls::None);
-    mail.from = Some("herald@notify.example.org".into());
+    let mail = ChannelConfig::with_settings::<Email>(
+        "mail",
+        "",
+        EmailSettings {
+            host: Some("127.0.0.1".into()),
+            port: Some(25),
+            tls: Some(SmtpTls::None),
+            from: Some("herald@notify.example.org".into()),
+            ..EmailSettings::default()
+        },
+    );
     configs.push(mail);
-    let mut webpush = ChannelConfig::new("webpush", ChannelKind::Webpush, "");
-    webpush.vapid_private_key = Some(ConfigSecret::new(VapidKey::generate().0));
-    webpush.vapid_subject = Some("mailto:ops@notify.example.org".into());
-    webpush.allow_loopback_endpoints = true;
+    let webpush = ChannelConfig::with_settings::<Webpush>(
+        "webpush",
+        "",
+        WebpushSettings {
+            vapid_private_key: Some(ConfigSecret::new(VapidKey::generate().0)),
+            vapid_subject: Some("mailto:ops@notify.example.org".into()),
+            allow_loopback_endpoints: true,
+            ..WebpushSettings::default()
+        },
+    );
     configs.push(webpush);
 }
 

@@ -3,9 +3,11 @@
 //! independent implementation: Python's `http_ece` (PyPI) decrypts a body Herald encrypted.
 
 use herald_channels::config::{ChannelConfig, ConfigSecret, Urgency, PRIVATE_DEFAULT_TEXT};
+use herald_channels::kinds::email::{Email, EmailSettings};
 use herald_channels::kinds::webpush::{topic, VapidKey};
+use herald_channels::kinds::webpush::{Webpush, WebpushSettings};
 use herald_domain::classify::WEBPUSH_SUBSCRIPTION_EXPIRED;
-use herald_domain::{ChannelKind, ChannelName, OnUnknown, TaskState, UserId};
+use herald_domain::{ChannelName, OnUnknown, TaskState, UserId};
 use herald_ports::store::TaskView;
 use herald_ports::{DestinationCipher, PreferenceStore};
 use herald_standin::{Script, WebPushService};
@@ -17,11 +19,22 @@ use secrecy::SecretString;
 const HOUR: u64 = 3_600_000;
 const SUBJECT: &str = "mailto:ops@notify.example.org";
 
+/// The Web Push settings of a channel made by [`webpush_config`].
+fn push(config: &mut ChannelConfig) -> &mut WebpushSettings {
+    config.settings_mut::<Webpush>().expect("a webpush channel")
+}
+
 fn webpush_config(adjust: impl FnOnce(&mut ChannelConfig)) -> ChannelConfig {
-    let mut config = ChannelConfig::new("webpush", ChannelKind::Webpush, "");
-    config.vapid_private_key = Some(ConfigSecret::new(VapidKey::generate().0));
-    config.vapid_subject = Some(SUBJECT.into());
-    config.allow_loopback_endpoints = true;
+    let mut config = ChannelConfig::with_settings::<Webpush>(
+        "webpush",
+        "",
+        WebpushSettings {
+            vapid_private_key: Some(ConfigSecret::new(VapidKey::generate().0)),
+            vapid_subject: Some(SUBJECT.into()),
+            allow_loopback_endpoints: true,
+            ..WebpushSettings::default()
+        },
+    );
     config.timeout_ms = 1_000;
     config.retry_base_ms = 200;
     config.retry_cap_ms = 1_000;
@@ -64,7 +77,7 @@ async fn deliver(world: &World, event: &str, ttl_ms: u64) -> TaskView {
 #[tokio::test]
 async fn accepted_with_vapid_encrypted_payload_ttl_topic_and_urgency() {
     let peer = WebPushService::start().await.expect("push peer");
-    let world = world(&peer, |c| c.urgency = Some(Urgency::High)).await;
+    let world = world(&peer, |c| push(c).urgency = Some(Urgency::High)).await;
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(task.state, TaskState::Sent);
     assert_eq!(outcomes(&task), ["ACCEPTED"]);
@@ -92,7 +105,7 @@ async fn python_http_ece_decrypts_and_cryptography_verifies_what_herald_sent() {
         return;
     }
     let peer = WebPushService::start().await.expect("push peer");
-    let world = world(&peer, |c| c.send_body = true).await;
+    let world = world(&peer, |c| push(c).send_body = true).await;
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(task.state, TaskState::Sent);
     let request = &peer.requests()[0];
@@ -393,10 +406,16 @@ async fn email_and_webpush_work_through_herald_worker_with_a_configuration_file(
         .spawn()
         .expect("herald worker starts");
 
-    let mut mail = ChannelConfig::new("mail", ChannelKind::Email, "");
-    mail.host = Some("127.0.0.1".into());
-    mail.tls = Some(SmtpTls::None);
-    mail.from = Some("herald@notify.example.org".into());
+    let mail = ChannelConfig::with_settings::<Email>(
+        "mail",
+        "",
+        EmailSettings {
+            host: Some("127.0.0.1".into()),
+            tls: Some(SmtpTls::None),
+            from: Some("herald@notify.example.org".into()),
+            ..EmailSettings::default()
+        },
+    );
     let browser = webpush_config(|c| c.name = "browser".into());
     let table =
         ChannelTable(vec![(ChannelName::from("mail"), mail.rules()), (ChannelName::from("browser"), browser.rules())]);
@@ -429,7 +448,7 @@ async fn email_and_webpush_work_through_herald_worker_with_a_configuration_file(
 async fn a_plain_http_endpoint_is_posted_to_only_when_the_channel_allows_loopback() {
     // A subscription comes from a user: by default Herald does not post to its own machine over http.
     let peer = WebPushService::start().await.expect("push peer");
-    let world = world(&peer, |c| c.allow_loopback_endpoints = false).await;
+    let world = world(&peer, |c| push(c).allow_loopback_endpoints = false).await;
     let task = deliver(&world, "e1", HOUR).await;
     assert_eq!(outcomes(&task), ["REJECTED"]);
     assert!(peer.requests().is_empty(), "nothing was posted");
