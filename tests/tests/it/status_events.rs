@@ -122,6 +122,35 @@ fn events_by_notification(records: &[Value]) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
+/// What a test of a `herald` process with a subscription starts from: alice with the push channel, a
+/// receiver, and a scratch folder holding the subscription's secret file (`status.secret`). `None` when the
+/// Python peer is missing (the skip is recorded, or the test fails: never a pass).
+async fn herald_process_setup(tag: &str) -> anyhow::Result<Option<(World, StatusReceiver, std::path::PathBuf)>> {
+    if !require_python("standardwebhooks") {
+        return Ok(None);
+    }
+    let world = World::new(ClockMode::Database).await?;
+    let receiver = StatusReceiver::start(TEST_SECRET).await?;
+    world.user("alice", &["push"]).await?;
+    let dir = std::env::temp_dir().join(format!("herald-status-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("status.secret"), format!("{TEST_SECRET}\n"))?;
+    Ok(Some((world, receiver, dir)))
+}
+
+/// The one notification the process tests create for alice.
+fn alices_order() -> herald_ports::store::NewNotification {
+    herald_ports::store::NewNotification {
+        user_id: "alice".into(),
+        event_key: "order-1".into(),
+        body: "Your order has shipped".into(),
+        ttl: Millis(600_000),
+        max_attempts: None,
+        thread_key: None,
+        submitted_by: None,
+    }
+}
+
 fn words(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -480,18 +509,12 @@ async fn an_endpoint_that_keeps_refusing_parks_its_events_and_deliveries_go_on()
 /// is refused at start, naming the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn herald_worker_posts_the_events_its_configuration_subscribes() -> anyhow::Result<()> {
-    use herald_ports::store::{ChannelTable, NewNotification};
+    use herald_ports::store::ChannelTable;
     use herald_ports::Clock as _;
 
-    if !require_python("standardwebhooks") {
+    let Some((world, receiver, dir)) = herald_process_setup("cli").await? else {
         return Ok(());
-    }
-    let world = World::new(ClockMode::Database).await?;
-    let receiver = StatusReceiver::start(TEST_SECRET).await?;
-    world.user("alice", &["push"]).await?;
-    let dir = std::env::temp_dir().join(format!("herald-status-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("status.secret"), format!("{TEST_SECRET}\n"))?;
+    };
     let config = dir.join("herald.toml");
     std::fs::write(
         &config,
@@ -523,15 +546,7 @@ async fn herald_worker_posts_the_events_its_configuration_subscribes() -> anyhow
     assert!(stderr.contains("status_subscription.svc.allow_loopback_endpoint"), "{stderr}");
 
     let mut child = herald(true).stderr(std::process::Stdio::null()).spawn()?;
-    let new = NewNotification {
-        user_id: "alice".into(),
-        event_key: "order-1".into(),
-        body: "Your order has shipped".into(),
-        ttl: Millis(600_000),
-        max_attempts: None,
-        thread_key: None,
-        submitted_by: None,
-    };
+    let new = alices_order();
     let table = ChannelTable(vec![("push".into(), world.configs[0].rules())]);
     // The process records its subscriptions at start: wait for them before creating the notification.
     herald_tests::wait::wait_until("the subscription recorded", || async {
@@ -732,18 +747,12 @@ async fn the_purge_removes_delivered_events_after_their_window_and_keeps_parked_
 /// is due for it; a `herald worker` with the same configuration posts it (the control).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_only_process_posts_no_status_events_and_a_worker_does() -> anyhow::Result<()> {
-    use herald_ports::store::{ChannelTable, NewNotification};
+    use herald_ports::store::ChannelTable;
     use herald_ports::Clock as _;
 
-    if !require_python("standardwebhooks") {
+    let Some((world, receiver, dir)) = herald_process_setup("api-only").await? else {
         return Ok(());
-    }
-    let world = World::new(ClockMode::Database).await?;
-    let receiver = StatusReceiver::start(TEST_SECRET).await?;
-    world.user("alice", &["push"]).await?;
-    let dir = std::env::temp_dir().join(format!("herald-status-api-only-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("status.secret"), format!("{TEST_SECRET}\n"))?;
+    };
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let config = dir.join("herald.toml");
     std::fs::write(
@@ -797,15 +806,7 @@ async fn an_api_only_process_posts_no_status_events_and_a_worker_does() -> anyho
             service_tokens: None,
         }])
         .await?;
-    let new = NewNotification {
-        user_id: "alice".into(),
-        event_key: "order-1".into(),
-        body: "Your order has shipped".into(),
-        ttl: Millis(600_000),
-        max_attempts: None,
-        thread_key: None,
-        submitted_by: None,
-    };
+    let new = alices_order();
     let table = ChannelTable(vec![("push".into(), world.configs[0].rules())]);
     let now = world.store.clock().now().await?;
     world.store.create(&new, &table, now).await?;
